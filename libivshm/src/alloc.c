@@ -1,0 +1,154 @@
+/*
+ * Chunk allocator: the heap is cut into fixed chunks, each with an owner
+ * tag (kind, slot, generation) in the chunk table. An allocation claims a
+ * run of free chunks one CAS at a time (rolling back on conflict) and then
+ * publishes its length in the run's first entry. Owners are leases, so the
+ * chunks of a dead process or job are found and freed by tag.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+
+static uint32_t chunks_for(const ivshm_region_t *r, uint64_t size)
+{
+    uint64_t n = (size + (1ull << r->g.chunk_shift) - 1) >> r->g.chunk_shift;
+    return n == 0 ? 1 : (n > r->g.chunk_count ? UINT32_MAX : (uint32_t)n);
+}
+
+ivshm_status_t ivshm__alloc_owned(ivshm_region_t *r, uint64_t tag,
+                                  uint64_t size, uint64_t *off)
+{
+    uint32_t n = chunks_for(r, size);
+    uint32_t count = r->g.chunk_count;
+    if (n > count)
+        goto full;
+    for (uint32_t start = 0; start + n <= count;) {
+        uint32_t k;
+        for (k = 0; k < n; k++)
+            if (atomic_load_explicit(&ivshm__chunk(r, start + k)->owner,
+                                     memory_order_relaxed) != 0)
+                break;
+        if (k < n) {
+            start += k + 1;
+            continue;
+        }
+        for (k = 0; k < n; k++) {
+            uint64_t zero = 0;
+            if (!atomic_compare_exchange_strong(
+                    &ivshm__chunk(r, start + k)->owner, &zero, tag))
+                break;
+        }
+        if (k < n) {
+            /* lost a race: hand back what we took, move past the conflict */
+            while (k-- > 0)
+                atomic_store(&ivshm__chunk(r, start + k)->owner, 0);
+            start++;
+            continue;
+        }
+        /* A0: run length published after every owner CAS; readers of the
+         * table (check, gc) acquire-load it. */
+        atomic_store_explicit(&ivshm__chunk(r, start)->run, n,
+                              memory_order_release);
+        *off = r->g.heap_off + ((uint64_t)start << r->g.chunk_shift);
+        return IVSHM_OK;
+    }
+full:
+    return ivshm__fail(IVSHM_ERR_NOSPACE,
+                       "region %s has no %llu free contiguous bytes (%u "
+                       "chunks of %u bytes); run 'ivshm gc' or use a larger "
+                       "region",
+                       r->uri, (unsigned long long)size, n,
+                       1u << r->g.chunk_shift);
+}
+
+ivshm_status_t ivshm_alloc(ivshm_region_t *r, uint64_t size, uint64_t *off)
+{
+    ivshm_status_t st = ivshm__require_attached(r);
+    if (st != IVSHM_OK)
+        return st;
+    return ivshm__alloc_owned(r, OWNER_TAG(OWNER_PROC, r->slot, r->gen), size,
+                              off);
+}
+
+ivshm_status_t ivshm__free_tagged(ivshm_region_t *r, uint64_t off,
+                                  uint64_t tag)
+{
+    uint64_t csize = 1ull << r->g.chunk_shift;
+    if (off < r->g.heap_off || (off - r->g.heap_off) % csize ||
+        ((off - r->g.heap_off) >> r->g.chunk_shift) >= r->g.chunk_count)
+        return ivshm__fail(IVSHM_ERR_INVAL,
+                           "offset %llu is not the start of a chunk",
+                           (unsigned long long)off);
+    uint32_t c = (uint32_t)((off - r->g.heap_off) >> r->g.chunk_shift);
+    struct ivshm_chunk *k = ivshm__chunk(r, c);
+    uint64_t run = atomic_load_explicit(&k->run, memory_order_acquire);
+    if (atomic_load(&k->owner) != tag || run == 0 ||
+        run > r->g.chunk_count - c)
+        return ivshm__fail(IVSHM_ERR_INVAL,
+                           "offset %llu is not an allocation of this owner",
+                           (unsigned long long)off);
+    atomic_store(&k->run, 0);
+    for (uint64_t i = 0; i < run; i++) {
+        uint64_t t = tag;
+        atomic_compare_exchange_strong(&ivshm__chunk(r, c + (uint32_t)i)->owner,
+                                       &t, 0);
+    }
+    return IVSHM_OK;
+}
+
+ivshm_status_t ivshm_free(ivshm_region_t *r, uint64_t off)
+{
+    ivshm_status_t st = ivshm__require_attached(r);
+    if (st != IVSHM_OK)
+        return st;
+    return ivshm__free_tagged(r, off, OWNER_TAG(OWNER_PROC, r->slot, r->gen));
+}
+
+static bool owner_live(ivshm_region_t *r, uint64_t tag, bool *valid)
+{
+    unsigned kind = OWNER_KIND(tag);
+    uint32_t idx = OWNER_IDX(tag);
+    *valid = true;
+    if (kind == OWNER_PROC && idx < r->g.reg_slots)
+        return ivshm__proc_live(r, idx, OWNER_GEN(tag));
+    if (kind == OWNER_JOB && idx < r->g.job_slots) {
+        uint64_t w = atomic_load(&ivshm__jobs(r, idx)->word);
+        return JOB_GEN(w) == OWNER_GEN(tag) &&
+               (JOB_STATE(w) == SLOT_ALIVE || JOB_STATE(w) == SLOT_CLAIMING);
+    }
+    *valid = false;
+    return true; /* a malformed tag is left for `ivshm check` to report */
+}
+
+unsigned ivshm__free_owned_by(ivshm_region_t *r, uint64_t tag)
+{
+    unsigned n = 0;
+    for (uint32_t c = 0; c < r->g.chunk_count; c++) {
+        struct ivshm_chunk *k = ivshm__chunk(r, c);
+        uint64_t t = tag;
+        if (atomic_load_explicit(&k->owner, memory_order_relaxed) != tag)
+            continue;
+        atomic_store(&k->run, 0);
+        if (atomic_compare_exchange_strong(&k->owner, &t, 0))
+            n++;
+    }
+    return n;
+}
+
+/* Frees chunks whose owner's lease is gone: allocations that raced with
+ * their owner's reclaim, or whose owner died between claim and publish. */
+unsigned ivshm__sweep_orphans(ivshm_region_t *r)
+{
+    unsigned n = 0;
+    for (uint32_t c = 0; c < r->g.chunk_count; c++) {
+        struct ivshm_chunk *k = ivshm__chunk(r, c);
+        uint64_t t = atomic_load(&k->owner);
+        bool valid;
+        if (t == 0 || owner_live(r, t, &valid) || !valid)
+            continue;
+        atomic_store(&k->run, 0);
+        if (atomic_compare_exchange_strong(&k->owner, &t, 0))
+            n++;
+    }
+    return n;
+}

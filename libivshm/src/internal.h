@@ -1,0 +1,230 @@
+/*
+ * Shared layout of format version 1 and the private region handle.
+ *
+ * Region map:  [header page][registry][job table][chunk owner table][heap]
+ * Every structure here lives in memory that other VMs write: fields are
+ * copied into locals once, validated, then used. No pointers are stored in
+ * the region, only offsets checked against the private copy of its size.
+ */
+#ifndef IVSHM_INTERNAL_H
+#define IVSHM_INTERNAL_H
+
+#include "ivshm/ivshm.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define IVSHM_CACHELINE 64
+#define IVSHM_MAGIC 0x314752534d485649ull /* "IVSHMRG1" */
+#define IVSHM_HDR_SIZE 4096u
+#define IVSHM_HDR_SUM_BYTES 120u /* bytes of header covered by hdr_sum */
+
+#define IVSHM_ALIGNED __attribute__((aligned(IVSHM_CACHELINE)))
+
+enum ivshm_hdr_state {
+    HDR_EMPTY = 0,
+    HDR_FORMATTING = 0x464f524du, /* "FORM" */
+    HDR_READY = 0x52454459u,      /* "REDY" */
+};
+
+struct ivshm_hdr {
+    /* line 0-1: written once by the formatter, then read-only */
+    uint64_t magic;
+    uint32_t version;
+    uint32_t hdr_size;
+    uint64_t region_size;
+    uint8_t uuid[16];
+    uint64_t created_ns;
+    uint32_t chunk_shift;
+    uint32_t chunk_count;
+    uint32_t reg_slots;
+    uint32_t job_slots;
+    uint64_t reg_off;
+    uint64_t job_off;
+    uint64_t chunk_tab_off;
+    uint64_t heap_off;
+    uint32_t lease_timeout_ms;
+    uint32_t flags;
+    uint8_t reserved0[16];
+    uint64_t hdr_sum; /* FNV-1a 64 over bytes [0, IVSHM_HDR_SUM_BYTES) */
+    /* line 2: format state machine */
+    _Atomic uint32_t state IVSHM_ALIGNED;
+    uint32_t pad0;
+    _Atomic uint64_t format_nonce;
+    /* line 3: region-wide counters (informative) */
+    _Atomic uint64_t attaches IVSHM_ALIGNED;
+    _Atomic uint64_t reclaims;
+};
+_Static_assert(offsetof(struct ivshm_hdr, hdr_sum) == IVSHM_HDR_SUM_BYTES,
+               "checksum covers every immutable header field");
+_Static_assert(offsetof(struct ivshm_hdr, state) == 128, "state line");
+_Static_assert(offsetof(struct ivshm_hdr, attaches) == 192, "stats line");
+_Static_assert(sizeof(struct ivshm_hdr) <= IVSHM_HDR_SIZE, "header page");
+
+/* Slot word: generation in bits 8..63, state in bits 0..7. The generation
+ * advances on every free, so a stale owner's CAS fails. */
+enum ivshm_slot_state {
+    SLOT_FREE = 0,
+    SLOT_CLAIMING = 1,
+    SLOT_ALIVE = 2,
+    SLOT_RECLAIMING = 3,
+};
+#define SLOT_WORD(gen, st) (((uint64_t)(gen) << 8) | (uint64_t)(st))
+#define SLOT_GEN(w) ((uint32_t)((w) >> 8))
+#define SLOT_STATE(w) ((unsigned)((w)&0xffu))
+
+struct ivshm_reg_slot {
+    _Atomic uint64_t word;
+    _Atomic uint64_t heartbeat_ns; /* CLOCK_REALTIME; 0 = not yet written */
+    uint64_t vm_id;
+    uint64_t start_time; /* process start (clock ticks since boot) */
+    uint32_t pid;
+    _Atomic uint32_t job; /* job slot + 1, 0 = none */
+    _Atomic uint32_t job_gen;
+    uint32_t pad;
+    char host[32];
+    char comm[16];
+    uint8_t reserved[32];
+};
+_Static_assert(sizeof(struct ivshm_reg_slot) == 2 * IVSHM_CACHELINE,
+               "registry slot is two lines");
+
+/* Job word: key hash in bits 32..63, generation in 8..31, state in 0..7. */
+#define JOB_WORD(hash, gen, st)                                              \
+    (((uint64_t)(hash) << 32) | (((uint64_t)(gen)&0xffffffu) << 8) |          \
+     (uint64_t)(st))
+#define JOB_HASH(w) ((uint32_t)((w) >> 32))
+#define JOB_GEN(w) ((uint32_t)(((w) >> 8) & 0xffffffu))
+#define JOB_STATE(w) ((unsigned)((w)&0xffu))
+
+struct ivshm_job_slot {
+    _Atomic uint64_t word;
+    _Atomic uint64_t area_off; /* 0 until the area exists */
+    uint64_t area_size;
+    _Atomic uint64_t creator; /* owner tag of the creating process */
+    char key[IVSHM_JOB_KEY_MAX + 1];
+    uint8_t reserved[48];
+};
+_Static_assert(sizeof(struct ivshm_job_slot) == 2 * IVSHM_CACHELINE,
+               "job slot is two lines");
+
+/* Chunk owner tag: kind in bits 56..63, slot index in 32..55, generation in
+ * 0..31. 0 means free. */
+enum { OWNER_PROC = 1, OWNER_JOB = 2 };
+#define OWNER_TAG(kind, idx, gen)                                            \
+    (((uint64_t)(kind) << 56) | (((uint64_t)(idx)&0xffffffu) << 32) |         \
+     (uint64_t)(uint32_t)(gen))
+#define OWNER_KIND(t) ((unsigned)((t) >> 56))
+#define OWNER_IDX(t) ((uint32_t)(((t) >> 32) & 0xffffffu))
+#define OWNER_GEN(t) ((uint32_t)(t))
+/* The first chunk of an allocation carries its length in a parallel field
+ * so that free() needs only the offset. */
+struct ivshm_chunk {
+    _Atomic uint64_t owner;
+    _Atomic uint64_t run; /* chunks in the allocation starting here, else 0 */
+};
+
+/* Private, validated copy of the geometry: the fast paths never reload it
+ * from shared memory. */
+struct ivshm_geom {
+    uint64_t size;
+    uint32_t chunk_shift, chunk_count;
+    uint32_t reg_slots, job_slots;
+    uint64_t reg_off, job_off, chunk_tab_off, heap_off;
+    uint32_t lease_timeout_ms;
+    uint8_t uuid[16];
+};
+
+struct ivshm_provider;
+
+struct ivshm_region {
+    char *uri;
+    const struct ivshm_provider *prov;
+    void *base;
+    uint64_t map_size;
+    int fd;
+    bool rdonly;
+    bool valid; /* header validated */
+    struct ivshm_geom g;
+    /* attachment */
+    bool attached;
+    uint32_t slot;
+    uint32_t gen;
+    uint64_t vm_id;
+    _Atomic uint64_t last_renew_ns; /* monotonic; rate-limits renew */
+    pthread_t hb_thread;
+    bool hb_running;
+    _Atomic bool hb_stop;
+};
+
+/* providers (provider.c) */
+struct ivshm_provider {
+    const char *scheme; /* "file", "pci" */
+    ivshm_status_t (*open)(const char *rest, bool rdonly, bool create,
+                           uint64_t create_size, int *fd, uint64_t *size,
+                           char **resolved);
+};
+ivshm_status_t ivshm__provider_open(const char *uri, bool rdonly, bool create,
+                                    uint64_t create_size,
+                                    const struct ivshm_provider **prov,
+                                    int *fd, uint64_t *size, char **resolved);
+
+/* status.c */
+ivshm_status_t ivshm__fail(ivshm_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+ivshm_status_t ivshm__fail_errno(int err, const char *what, const char *path);
+
+/* util.c */
+uint64_t ivshm__fnv1a(const void *p, size_t n, uint64_t h);
+#define IVSHM_FNV_INIT 0xcbf29ce484222325ull
+uint64_t ivshm__now_ns(void);      /* CLOCK_REALTIME, comparable across VMs */
+uint64_t ivshm__mono_ns(void);     /* CLOCK_MONOTONIC, local waits */
+void ivshm__random(void *buf, size_t n);
+uint64_t ivshm__proc_start_time(pid_t pid); /* 0 if unknown / gone */
+bool ivshm__pid_dead(uint32_t pid, uint64_t start_time);
+void ivshm__cpu_relax(void);
+void ivshm__backoff(unsigned *spins);
+
+/* region.c */
+ivshm_status_t ivshm__validate_header(const struct ivshm_hdr *h,
+                                      uint64_t map_size,
+                                      struct ivshm_geom *g);
+static inline struct ivshm_hdr *ivshm__hdr(const ivshm_region_t *r)
+{
+    return (struct ivshm_hdr *)r->base;
+}
+static inline struct ivshm_reg_slot *ivshm__reg(const ivshm_region_t *r,
+                                                uint32_t i)
+{
+    return (struct ivshm_reg_slot *)((char *)r->base + r->g.reg_off) + i;
+}
+static inline struct ivshm_job_slot *ivshm__jobs(const ivshm_region_t *r,
+                                                 uint32_t i)
+{
+    return (struct ivshm_job_slot *)((char *)r->base + r->g.job_off) + i;
+}
+static inline struct ivshm_chunk *ivshm__chunk(const ivshm_region_t *r,
+                                               uint32_t i)
+{
+    return (struct ivshm_chunk *)((char *)r->base + r->g.chunk_tab_off) + i;
+}
+
+/* registry.c */
+bool ivshm__proc_live(ivshm_region_t *r, uint32_t idx, uint32_t gen);
+ivshm_status_t ivshm__require_attached(const ivshm_region_t *r);
+
+/* alloc.c */
+ivshm_status_t ivshm__alloc_owned(ivshm_region_t *r, uint64_t tag,
+                                  uint64_t size, uint64_t *off);
+unsigned ivshm__free_owned_by(ivshm_region_t *r, uint64_t tag);
+unsigned ivshm__sweep_orphans(ivshm_region_t *r);
+ivshm_status_t ivshm__free_tagged(ivshm_region_t *r, uint64_t off,
+                                  uint64_t tag);
+
+/* job.c */
+unsigned ivshm__job_gc(ivshm_region_t *r, unsigned *chunks);
+
+#endif

@@ -1,0 +1,604 @@
+/*
+ * Region format version 1: geometry, formatting (race-free between VMs via
+ * the header state word), mapping, header validation, inspection and the
+ * full layout check behind `ivshm check`.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef HUGETLBFS_MAGIC
+#define HUGETLBFS_MAGIC 0x958458f6
+#endif
+
+#define FORMAT_WAIT_MS 5000
+
+void ivshm_format_opts_init(ivshm_format_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->chunk_size = 64 * 1024;
+    o->reg_slots = 256;
+    o->job_slots = 64;
+    o->lease_timeout_ms = 10000;
+    o->mode = 0660;
+}
+
+static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+
+/* The one place that derives the layout from its parameters: format uses
+ * it to write the header, validation to check one. */
+static bool compute_geom(uint64_t size, uint32_t shift, uint32_t reg_slots,
+                         uint32_t job_slots, struct ivshm_geom *g)
+{
+    if (shift < 12 || shift > 30 || reg_slots == 0 || reg_slots > 65536 ||
+        job_slots == 0 || job_slots > 4096 || size < IVSHM_MIN_REGION_SIZE)
+        return false;
+    uint64_t csize = 1ull << shift;
+    g->size = size;
+    g->chunk_shift = shift;
+    g->reg_slots = reg_slots;
+    g->job_slots = job_slots;
+    g->reg_off = IVSHM_HDR_SIZE;
+    g->job_off = g->reg_off + (uint64_t)reg_slots * sizeof(struct ivshm_reg_slot);
+    g->chunk_tab_off =
+        g->job_off + (uint64_t)job_slots * sizeof(struct ivshm_job_slot);
+    uint64_t count = size >> shift;
+    for (;;) {
+        if (count == 0)
+            return false;
+        uint64_t heap = align_up(
+            g->chunk_tab_off + count * sizeof(struct ivshm_chunk), csize);
+        if (heap + (count << shift) <= size) {
+            g->heap_off = heap;
+            break;
+        }
+        count--;
+    }
+    if (count > 0xffffffu)
+        return false;
+    g->chunk_count = (uint32_t)count;
+    return true;
+}
+
+static uint64_t header_sum(const struct ivshm_hdr *h)
+{
+    return ivshm__fnv1a(h, IVSHM_HDR_SUM_BYTES, IVSHM_FNV_INIT);
+}
+
+ivshm_status_t ivshm__validate_header(const struct ivshm_hdr *shared,
+                                      uint64_t map_size, struct ivshm_geom *g)
+{
+    /* Read once: every decision below is taken on this private copy. */
+    struct ivshm_hdr h;
+    memcpy(&h, (const void *)shared, offsetof(struct ivshm_hdr, state));
+    uint32_t state = atomic_load_explicit(&shared->state, memory_order_acquire);
+
+    if (state == HDR_EMPTY && h.magic == 0)
+        return ivshm__fail(IVSHM_ERR_UNFORMATTED,
+                           "region holds no ivshm format; run 'ivshm format'");
+    if (h.magic != IVSHM_MAGIC)
+        return ivshm__fail(IVSHM_ERR_BAD_MAGIC,
+                           "bad magic 0x%016llx: this region holds no ivshm "
+                           "format (or something else uses it); reformat "
+                           "with 'ivshm format --force' if it is ours",
+                           (unsigned long long)h.magic);
+    if (h.version != IVSHM_LAYOUT_VERSION)
+        return ivshm__fail(IVSHM_ERR_VERSION,
+                           "region layout version %u, this libivshm reads "
+                           "version %u: %s",
+                           h.version, IVSHM_LAYOUT_VERSION,
+                           h.version > IVSHM_LAYOUT_VERSION
+                               ? "upgrade libivshm on this VM"
+                               : "reformat the region with this version's "
+                                 "'ivshm format --force'");
+    if (state != HDR_READY)
+        return ivshm__fail(state == HDR_FORMATTING ? IVSHM_ERR_BUSY
+                                                   : IVSHM_ERR_CORRUPT,
+                           state == HDR_FORMATTING
+                               ? "region is being formatted (or its formatter "
+                                 "died: run 'ivshm format --force')"
+                               : "header field 'state' holds 0x%08x",
+                           state);
+    if (h.hdr_size != IVSHM_HDR_SIZE)
+        return ivshm__fail(IVSHM_ERR_CORRUPT,
+                           "header field 'hdr_size' is %u, expected %u",
+                           h.hdr_size, IVSHM_HDR_SIZE);
+    if (h.region_size != map_size)
+        return ivshm__fail(IVSHM_ERR_SIZE_MISMATCH,
+                           "header field 'region_size' says %llu bytes but "
+                           "the mapping has %llu: the device or file was "
+                           "resized; reformat it",
+                           (unsigned long long)h.region_size,
+                           (unsigned long long)map_size);
+    struct ivshm_geom want;
+    if (!compute_geom(h.region_size, h.chunk_shift, h.reg_slots, h.job_slots,
+                      &want))
+        return ivshm__fail(IVSHM_ERR_CORRUPT,
+                           "header geometry is impossible (chunk_shift %u, "
+                           "reg_slots %u, job_slots %u)",
+                           h.chunk_shift, h.reg_slots, h.job_slots);
+    static const struct {
+        const char *name;
+        size_t off_hdr, off_geom;
+        size_t width;
+    } fields[] = {
+        {"chunk_count", offsetof(struct ivshm_hdr, chunk_count),
+         offsetof(struct ivshm_geom, chunk_count), 4},
+        {"reg_off", offsetof(struct ivshm_hdr, reg_off),
+         offsetof(struct ivshm_geom, reg_off), 8},
+        {"job_off", offsetof(struct ivshm_hdr, job_off),
+         offsetof(struct ivshm_geom, job_off), 8},
+        {"chunk_tab_off", offsetof(struct ivshm_hdr, chunk_tab_off),
+         offsetof(struct ivshm_geom, chunk_tab_off), 8},
+        {"heap_off", offsetof(struct ivshm_hdr, heap_off),
+         offsetof(struct ivshm_geom, heap_off), 8},
+    };
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        if (memcmp((char *)&h + fields[i].off_hdr,
+                   (char *)&want + fields[i].off_geom, fields[i].width) != 0)
+            return ivshm__fail(IVSHM_ERR_CORRUPT,
+                               "header field '%s' does not match the layout",
+                               fields[i].name);
+    }
+    if (h.lease_timeout_ms < 100 || h.lease_timeout_ms > 3600000)
+        return ivshm__fail(IVSHM_ERR_CORRUPT,
+                           "header field 'lease_timeout_ms' is %u (100 ms to "
+                           "1 h allowed)",
+                           h.lease_timeout_ms);
+    if (h.flags != 0)
+        return ivshm__fail(IVSHM_ERR_CORRUPT,
+                           "header field 'flags' has unknown bits 0x%x",
+                           h.flags);
+    if (header_sum(&h) != h.hdr_sum)
+        return ivshm__fail(IVSHM_ERR_CORRUPT,
+                           "header checksum mismatch: a header field (uuid, "
+                           "creation time or reserved bytes) was overwritten");
+    want.lease_timeout_ms = h.lease_timeout_ms;
+    memcpy(want.uuid, h.uuid, 16);
+    *g = want;
+    return IVSHM_OK;
+}
+
+static ivshm_status_t map_region(const char *uri, bool rdonly, bool create,
+                                 uint64_t create_size, ivshm_region_t **out)
+{
+    if (!uri || !*uri) {
+        uri = getenv(IVSHM_ENV_REGION);
+        if (!uri || !*uri)
+            uri = IVSHM_DEFAULT_URI;
+    }
+    ivshm_region_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return ivshm__fail(IVSHM_ERR_SYS, "out of memory");
+    r->fd = -1;
+    ivshm_status_t st = ivshm__provider_open(uri, rdonly, create, create_size,
+                                             &r->prov, &r->fd, &r->map_size,
+                                             &r->uri);
+    if (st != IVSHM_OK)
+        goto err_free;
+    if (r->map_size < IVSHM_MIN_REGION_SIZE) {
+        st = ivshm__fail(IVSHM_ERR_TOO_SMALL,
+                         "region %s has %llu bytes; the minimum is %llu (1 "
+                         "MiB): give the device or file a larger size",
+                         r->uri, (unsigned long long)r->map_size,
+                         (unsigned long long)IVSHM_MIN_REGION_SIZE);
+        goto err_close;
+    }
+    r->rdonly = rdonly;
+    r->base = mmap(NULL, r->map_size, PROT_READ | (rdonly ? 0 : PROT_WRITE),
+                   MAP_SHARED, r->fd, 0);
+    if (r->base == MAP_FAILED) {
+        r->base = NULL;
+        st = ivshm__fail_errno(errno, "cannot map", r->uri);
+        goto err_close;
+    }
+    *out = r;
+    return IVSHM_OK;
+
+err_close:
+    close(r->fd);
+err_free:
+    free(r->uri);
+    free(r);
+    return st;
+}
+
+static void unmap_region(ivshm_region_t *r)
+{
+    if (r->base)
+        munmap(r->base, r->map_size);
+    if (r->fd >= 0)
+        close(r->fd);
+    free(r->uri);
+    free(r);
+}
+
+/* Waits (bounded) while another process formats the region. */
+static uint32_t wait_not_formatting(struct ivshm_hdr *h)
+{
+    uint64_t deadline = ivshm__mono_ns() + FORMAT_WAIT_MS * 1000000ull;
+    unsigned spins = 0;
+    uint32_t s;
+    while ((s = atomic_load_explicit(&h->state, memory_order_acquire)) ==
+               HDR_FORMATTING &&
+           ivshm__mono_ns() < deadline)
+        ivshm__backoff(&spins);
+    return s;
+}
+
+ivshm_status_t ivshm_format(const char *uri, const ivshm_format_opts_t *o)
+{
+    ivshm_format_opts_t def;
+    if (!o) {
+        ivshm_format_opts_init(&def);
+        o = &def;
+    }
+    if (o->size && o->size < IVSHM_MIN_REGION_SIZE)
+        return ivshm__fail(IVSHM_ERR_TOO_SMALL,
+                           "size %llu is below the 1 MiB minimum",
+                           (unsigned long long)o->size);
+    if (o->chunk_size < 4096 || (o->chunk_size & (o->chunk_size - 1)))
+        return ivshm__fail(IVSHM_ERR_INVAL,
+                           "chunk size %u is not a power of two >= 4096",
+                           o->chunk_size);
+    bool is_file = uri && (strncmp(uri, "file:", 5) == 0 || uri[0] == '/');
+    ivshm_region_t *r;
+    ivshm_status_t st = map_region(uri, false, is_file, o->size, &r);
+    if (st != IVSHM_OK)
+        return st;
+    if (is_file) {
+        struct statfs sfs;
+        bool huge = fstatfs(r->fd, &sfs) == 0 && sfs.f_type == HUGETLBFS_MAGIC;
+        if (o->hugepages && !huge) {
+            st = ivshm__fail(IVSHM_ERR_INVAL,
+                             "%s is not on hugetlbfs; mount one (mount -t "
+                             "hugetlbfs none /dev/hugepages) and put the "
+                             "region there",
+                             r->uri);
+            goto out;
+        }
+        if (o->mode)
+            (void)fchmod(r->fd, o->mode);
+    }
+    uint32_t shift = (uint32_t)__builtin_ctz(o->chunk_size);
+    struct ivshm_geom g;
+    if (!compute_geom(r->map_size, shift, o->reg_slots, o->job_slots, &g)) {
+        st = ivshm__fail(IVSHM_ERR_TOO_SMALL,
+                         "%llu bytes cannot hold %u registry slots, %u job "
+                         "slots and one %u-byte chunk",
+                         (unsigned long long)r->map_size, o->reg_slots,
+                         o->job_slots, o->chunk_size);
+        goto out;
+    }
+    if (o->lease_timeout_ms < 100 || o->lease_timeout_ms > 3600000) {
+        st = ivshm__fail(IVSHM_ERR_INVAL, "lease timeout %u ms is outside 100 "
+                                          "ms .. 1 h",
+                         o->lease_timeout_ms);
+        goto out;
+    }
+    struct ivshm_hdr *h = r->base;
+    uint32_t cur = atomic_load_explicit(&h->state, memory_order_acquire);
+    if (cur == HDR_FORMATTING && !o->force)
+        cur = wait_not_formatting(h);
+    if (cur == HDR_READY && !o->force) {
+        struct ivshm_geom tmp;
+        st = ivshm__validate_header(h, r->map_size, &tmp) == IVSHM_OK
+                 ? ivshm__fail(IVSHM_ERR_EXISTS,
+                               "%s already holds a valid region; use --force "
+                               "to reformat it (every attached process "
+                               "loses its state)",
+                               r->uri)
+                 : ivshm__fail(IVSHM_ERR_EXISTS,
+                               "%s holds a damaged region; use --force to "
+                               "reformat it",
+                               r->uri);
+        goto out;
+    }
+    if (cur != HDR_EMPTY && !o->force) {
+        st = ivshm__fail(cur == HDR_FORMATTING ? IVSHM_ERR_BUSY
+                                               : IVSHM_ERR_EXISTS,
+                         "%s is in use or being formatted; use --force",
+                         r->uri);
+        goto out;
+    }
+    /* F0: exactly one formatter wins this CAS; pairs with the acquire load
+     * of state by attachers (F1). */
+    if (!atomic_compare_exchange_strong(&h->state, &cur, HDR_FORMATTING)) {
+        uint32_t s = wait_not_formatting(h);
+        st = ivshm__fail(s == HDR_READY ? IVSHM_ERR_EXISTS : IVSHM_ERR_BUSY,
+                         "another process formatted %s concurrently", r->uri);
+        goto out;
+    }
+    uint64_t nonce;
+    ivshm__random(&nonce, sizeof(nonce));
+    atomic_store(&h->format_nonce, nonce);
+    memset((char *)r->base + g.reg_off, 0, g.heap_off - g.reg_off);
+    struct ivshm_hdr nh;
+    memset(&nh, 0, sizeof(nh));
+    nh.magic = IVSHM_MAGIC;
+    nh.version = IVSHM_LAYOUT_VERSION;
+    nh.hdr_size = IVSHM_HDR_SIZE;
+    nh.region_size = g.size;
+    ivshm__random(nh.uuid, sizeof(nh.uuid));
+    nh.uuid[6] = (uint8_t)((nh.uuid[6] & 0x0f) | 0x40); /* RFC 4122 v4 */
+    nh.uuid[8] = (uint8_t)((nh.uuid[8] & 0x3f) | 0x80);
+    nh.created_ns = ivshm__now_ns();
+    nh.chunk_shift = g.chunk_shift;
+    nh.chunk_count = g.chunk_count;
+    nh.reg_slots = g.reg_slots;
+    nh.job_slots = g.job_slots;
+    nh.reg_off = g.reg_off;
+    nh.job_off = g.job_off;
+    nh.chunk_tab_off = g.chunk_tab_off;
+    nh.heap_off = g.heap_off;
+    nh.lease_timeout_ms = o->lease_timeout_ms;
+    nh.hdr_sum = header_sum(&nh);
+    memcpy(h, &nh, offsetof(struct ivshm_hdr, state));
+    atomic_store(&h->attaches, 0);
+    atomic_store(&h->reclaims, 0);
+    /* F1: publish; everything above happens-before an attacher's acquire. */
+    atomic_store_explicit(&h->state, HDR_READY, memory_order_release);
+    st = IVSHM_OK;
+out:
+    unmap_region(r);
+    return st;
+}
+
+ivshm_status_t ivshm_region_open(const char *uri, unsigned flags,
+                                 ivshm_region_t **out)
+{
+    *out = NULL;
+    ivshm_region_t *r;
+    ivshm_status_t st =
+        map_region(uri, (flags & IVSHM_OPEN_RDONLY) != 0, false, 0, &r);
+    if (st != IVSHM_OK)
+        return st;
+    wait_not_formatting(r->base);
+    st = ivshm__validate_header(r->base, r->map_size, &r->g);
+    r->valid = st == IVSHM_OK;
+    if (st != IVSHM_OK && !(flags & IVSHM_OPEN_NOVALIDATE)) {
+        unmap_region(r);
+        return st;
+    }
+    r->vm_id = ivshm_vm_id();
+    *out = r;
+    return st;
+}
+
+void ivshm_region_close(ivshm_region_t *r)
+{
+    if (!r)
+        return;
+    if (r->attached)
+        ivshm_detach(r);
+    unmap_region(r);
+}
+
+const char *ivshm_region_uri(const ivshm_region_t *r) { return r->uri; }
+uint64_t ivshm_region_size(const ivshm_region_t *r) { return r->map_size; }
+void *ivshm_region_base(const ivshm_region_t *r) { return r->base; }
+void ivshm_region_uuid(const ivshm_region_t *r, uint8_t uuid[16])
+{
+    memcpy(uuid, r->g.uuid, 16);
+}
+
+void ivshm_uuid_str(const uint8_t u[16], char out[37])
+{
+    snprintf(out, 37,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x"
+             "%02x",
+             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10],
+             u[11], u[12], u[13], u[14], u[15]);
+}
+
+static ivshm_status_t require_valid(const ivshm_region_t *r)
+{
+    return r->valid ? IVSHM_OK
+                    : ivshm__fail(IVSHM_ERR_CORRUPT,
+                                  "region header is not valid");
+}
+
+ivshm_status_t ivshm_region_info(ivshm_region_t *r, ivshm_region_info_t *i)
+{
+    ivshm_status_t st = require_valid(r);
+    if (st != IVSHM_OK)
+        return st;
+    memset(i, 0, sizeof(*i));
+    memcpy(i->uuid, r->g.uuid, 16);
+    i->version = IVSHM_LAYOUT_VERSION;
+    i->size = r->g.size;
+    i->created_ns = ivshm__hdr(r)->created_ns;
+    i->chunk_size = 1u << r->g.chunk_shift;
+    i->chunk_count = r->g.chunk_count;
+    i->reg_slots = r->g.reg_slots;
+    i->job_slots = r->g.job_slots;
+    i->lease_timeout_ms = r->g.lease_timeout_ms;
+    i->heap_off = r->g.heap_off;
+    for (uint32_t k = 0; k < r->g.chunk_count; k++)
+        i->chunks_used += atomic_load(&ivshm__chunk(r, k)->owner) != 0;
+    for (uint32_t k = 0; k < r->g.reg_slots; k++)
+        i->reg_used += SLOT_STATE(atomic_load(&ivshm__reg(r, k)->word)) != 0;
+    for (uint32_t k = 0; k < r->g.job_slots; k++)
+        i->job_used += JOB_STATE(atomic_load(&ivshm__jobs(r, k)->word)) != 0;
+    return IVSHM_OK;
+}
+
+static void copy_str(char *dst, const char *src, size_t n)
+{
+    /* shared strings may lack a terminator or hold control bytes */
+    size_t k = 0;
+    for (; k + 1 < n && src[k]; k++)
+        dst[k] = (src[k] >= 0x20 && src[k] < 0x7f) ? src[k] : '?';
+    dst[k] = '\0';
+}
+
+ivshm_status_t ivshm_region_proc(ivshm_region_t *r, uint32_t i,
+                                 ivshm_proc_info_t *p)
+{
+    ivshm_status_t st = require_valid(r);
+    if (st != IVSHM_OK)
+        return st;
+    if (i >= r->g.reg_slots)
+        return IVSHM_ERR_NOT_FOUND;
+    struct ivshm_reg_slot *s = ivshm__reg(r, i);
+    memset(p, 0, sizeof(*p));
+    uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
+    p->slot = i;
+    p->gen = SLOT_GEN(w);
+    p->state = (int)SLOT_STATE(w);
+    p->pid = s->pid;
+    p->vm_id = s->vm_id;
+    uint64_t hb = atomic_load(&s->heartbeat_ns);
+    p->heartbeat_age_ms = hb ? (int64_t)(ivshm__now_ns() - hb) / 1000000 : -1;
+    p->job = atomic_load(&s->job);
+    copy_str(p->host, s->host, sizeof(p->host));
+    copy_str(p->comm, s->comm, sizeof(p->comm));
+    uint64_t tag = OWNER_TAG(OWNER_PROC, i, p->gen);
+    for (uint32_t k = 0; k < r->g.chunk_count; k++)
+        p->chunks += atomic_load(&ivshm__chunk(r, k)->owner) == tag;
+    return IVSHM_OK;
+}
+
+ivshm_status_t ivshm_region_job(ivshm_region_t *r, uint32_t i,
+                                ivshm_job_info_t *j)
+{
+    ivshm_status_t st = require_valid(r);
+    if (st != IVSHM_OK)
+        return st;
+    if (i >= r->g.job_slots)
+        return IVSHM_ERR_NOT_FOUND;
+    struct ivshm_job_slot *s = ivshm__jobs(r, i);
+    memset(j, 0, sizeof(*j));
+    uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
+    j->slot = i;
+    j->gen = JOB_GEN(w);
+    j->state = (int)JOB_STATE(w);
+    copy_str(j->key, s->key, sizeof(j->key));
+    j->area_off = atomic_load(&s->area_off);
+    j->area_size = s->area_size;
+    for (uint32_t k = 0; k < r->g.reg_slots; k++) {
+        struct ivshm_reg_slot *p = ivshm__reg(r, k);
+        if (SLOT_STATE(atomic_load(&p->word)) == SLOT_ALIVE &&
+            atomic_load(&p->job) == i + 1 &&
+            atomic_load(&p->job_gen) == j->gen)
+            j->members++;
+    }
+    return IVSHM_OK;
+}
+
+#define REPORT(st_, ...)                                                     \
+    do {                                                                     \
+        char m_[256];                                                        \
+        snprintf(m_, sizeof(m_), __VA_ARGS__);                               \
+        if (report)                                                          \
+            report(arg, (st_), m_);                                          \
+        if ((st_) != IVSHM_OK && first == IVSHM_OK)                          \
+            first = (st_);                                                   \
+    } while (0)
+
+ivshm_status_t ivshm_region_check(ivshm_region_t *r, ivshm_report_fn report,
+                                  void *arg)
+{
+    ivshm_status_t first = IVSHM_OK;
+    struct ivshm_geom g;
+    ivshm_status_t st = ivshm__validate_header(r->base, r->map_size, &g);
+    if (st != IVSHM_OK) {
+        REPORT(st, "header: %s", ivshm_last_error());
+        return first;
+    }
+    for (uint32_t i = 0; i < g.reg_slots; i++) {
+        uint64_t w = atomic_load(&ivshm__reg(r, i)->word);
+        uint32_t job = atomic_load(&ivshm__reg(r, i)->job);
+        if (SLOT_STATE(w) > SLOT_RECLAIMING)
+            REPORT(IVSHM_ERR_CORRUPT, "registry slot %u: state %u unknown", i,
+                   SLOT_STATE(w));
+        if (job > g.job_slots)
+            REPORT(IVSHM_ERR_CORRUPT,
+                   "registry slot %u: job index %u out of range", i, job);
+    }
+    uint64_t heap_end = g.heap_off + ((uint64_t)g.chunk_count << g.chunk_shift);
+    for (uint32_t i = 0; i < g.job_slots; i++) {
+        struct ivshm_job_slot *s = ivshm__jobs(r, i);
+        uint64_t w = atomic_load(&s->word);
+        uint64_t off = atomic_load(&s->area_off);
+        if (JOB_STATE(w) > SLOT_RECLAIMING) {
+            REPORT(IVSHM_ERR_CORRUPT, "job slot %u: state %u unknown", i,
+                   JOB_STATE(w));
+            continue;
+        }
+        if (JOB_STATE(w) != SLOT_ALIVE || off == 0)
+            continue;
+        if (off < g.heap_off || off >= heap_end ||
+            (off - g.heap_off) % (1ull << g.chunk_shift) ||
+            s->area_size > heap_end - off) {
+            REPORT(IVSHM_ERR_CORRUPT,
+                   "job slot %u: area [%llu, +%llu) outside the heap", i,
+                   (unsigned long long)off, (unsigned long long)s->area_size);
+            continue;
+        }
+        uint32_t c = (uint32_t)((off - g.heap_off) >> g.chunk_shift);
+        uint64_t tag = OWNER_TAG(OWNER_JOB, i, JOB_GEN(w));
+        if (atomic_load(&ivshm__chunk(r, c)->owner) != tag)
+            REPORT(IVSHM_ERR_CORRUPT,
+                   "job slot %u: its area's first chunk %u has another owner",
+                   i, c);
+    }
+    /* chunk table: runs are contiguous, owners exist */
+    for (uint32_t c = 0; c < g.chunk_count;) {
+        struct ivshm_chunk *k = ivshm__chunk(r, c);
+        uint64_t tag = atomic_load(&k->owner);
+        uint64_t run = atomic_load(&k->run);
+        if (tag == 0) {
+            if (run != 0)
+                REPORT(IVSHM_ERR_CORRUPT, "chunk %u: free but has run %llu",
+                       c, (unsigned long long)run);
+            c++;
+            continue;
+        }
+        if (run == 0 || run > g.chunk_count - c) {
+            REPORT(IVSHM_ERR_CORRUPT,
+                   "chunk %u: allocation of %llu chunks is out of range", c,
+                   (unsigned long long)run);
+            c++;
+            continue;
+        }
+        for (uint64_t n = 1; n < run; n++) {
+            struct ivshm_chunk *kn = ivshm__chunk(r, c + (uint32_t)n);
+            if (atomic_load(&kn->owner) != tag || atomic_load(&kn->run) != 0)
+                REPORT(IVSHM_ERR_CORRUPT,
+                       "chunk %llu: inside the allocation at %u but owned "
+                       "differently",
+                       (unsigned long long)(c + n), c);
+        }
+        unsigned kind = OWNER_KIND(tag);
+        uint32_t idx = OWNER_IDX(tag);
+        if ((kind != OWNER_PROC && kind != OWNER_JOB) ||
+            (kind == OWNER_PROC && idx >= g.reg_slots) ||
+            (kind == OWNER_JOB && idx >= g.job_slots)) {
+            REPORT(IVSHM_ERR_CORRUPT, "chunk %u: owner tag 0x%016llx invalid",
+                   c, (unsigned long long)tag);
+        } else {
+            uint64_t w = kind == OWNER_PROC
+                             ? atomic_load(&ivshm__reg(r, idx)->word)
+                             : atomic_load(&ivshm__jobs(r, idx)->word);
+            uint32_t gen = kind == OWNER_PROC ? SLOT_GEN(w) : JOB_GEN(w);
+            unsigned state = kind == OWNER_PROC ? SLOT_STATE(w) : JOB_STATE(w);
+            if (state == SLOT_FREE || gen != OWNER_GEN(tag))
+                REPORT(IVSHM_OK,
+                       "chunk %u: %llu chunks held by a %s that is gone "
+                       "(run 'ivshm gc')",
+                       c, (unsigned long long)run,
+                       kind == OWNER_PROC ? "process" : "job");
+        }
+        c += (uint32_t)run;
+    }
+    return first;
+}

@@ -1,0 +1,350 @@
+/*
+ * The registry: one slot per attached process, each a lease made of a
+ * generation-tagged state word and a heartbeat. Reclaim takes a slot only by
+ * CAS on (generation, ALIVE), so a slow owner learns on its next renew that
+ * it lost the lease instead of corrupting a successor.
+ *
+ * Liveness: a slot of this VM is dead when its pid is gone (or reused);
+ * a slot of another VM is dead when its heartbeat is older than the
+ * region's lease timeout (another VM's pids mean nothing here).
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+ivshm_status_t ivshm__require_attached(const ivshm_region_t *r)
+{
+    if (!r->valid)
+        return ivshm__fail(IVSHM_ERR_CORRUPT, "region header is not valid");
+    if (!r->attached)
+        return ivshm__fail(IVSHM_ERR_INVAL,
+                           "process is not attached (call ivshm_attach)");
+    return IVSHM_OK;
+}
+
+bool ivshm__proc_live(ivshm_region_t *r, uint32_t idx, uint32_t gen)
+{
+    if (idx >= r->g.reg_slots)
+        return false;
+    uint64_t w = atomic_load(&ivshm__reg(r, idx)->word);
+    unsigned st = SLOT_STATE(w);
+    return SLOT_GEN(w) == gen && (st == SLOT_ALIVE || st == SLOT_CLAIMING);
+}
+
+struct self_desc {
+    uint32_t pid;
+    uint64_t start_time;
+    char host[32];
+    char comm[16];
+};
+
+/* Gathered before the claim so that the CLAIMING window holds only a few
+ * stores: a process killed there is reclaimed only after a lease timeout. */
+static void describe_self(struct self_desc *d)
+{
+    memset(d, 0, sizeof(*d));
+    d->pid = (uint32_t)getpid();
+    d->start_time = ivshm__proc_start_time(getpid());
+    char host[64] = "";
+    gethostname(host, sizeof(host));
+    memcpy(d->host, host, strnlen(host, sizeof(d->host) - 1));
+    char comm[32] = "";
+    FILE *f = fopen("/proc/self/comm", "r");
+    if (f) {
+        if (!fgets(comm, sizeof(comm), f))
+            comm[0] = '\0';
+        fclose(f);
+        comm[strcspn(comm, "\n")] = '\0';
+    }
+    memcpy(d->comm, comm, strnlen(comm, sizeof(d->comm) - 1));
+}
+
+static ivshm_status_t try_claim(ivshm_region_t *r)
+{
+    struct self_desc d;
+    describe_self(&d);
+    for (uint32_t i = 0; i < r->g.reg_slots; i++) {
+        struct ivshm_reg_slot *s = ivshm__reg(r, i);
+        uint64_t w = atomic_load_explicit(&s->word, memory_order_relaxed);
+        if (SLOT_STATE(w) != SLOT_FREE)
+            continue;
+        uint32_t gen = SLOT_GEN(w);
+        /* R0: the CAS makes the slot ours; the generation came with it. */
+        if (!atomic_compare_exchange_strong(&s->word, &w,
+                                            SLOT_WORD(gen, SLOT_CLAIMING)))
+            continue;
+        s->vm_id = r->vm_id;
+        s->pid = d.pid;
+        s->start_time = d.start_time;
+        atomic_store(&s->job, 0);
+        atomic_store(&s->job_gen, 0);
+        memcpy(s->host, d.host, sizeof(s->host));
+        memcpy(s->comm, d.comm, sizeof(s->comm));
+        /* R1: heartbeat last among the identity fields: a reclaimer that
+         * sees it non-zero (acquire) also sees pid and vm_id. */
+        atomic_store_explicit(&s->heartbeat_ns, ivshm__now_ns(),
+                              memory_order_release);
+        /* R1b: publish by CAS: a reclaimer may have judged this claim stale
+         * (it only may after a full lease timeout); then claim again. */
+        uint64_t claiming = SLOT_WORD(gen, SLOT_CLAIMING);
+        if (!atomic_compare_exchange_strong_explicit(
+                &s->word, &claiming, SLOT_WORD(gen, SLOT_ALIVE),
+                memory_order_release, memory_order_relaxed))
+            continue;
+        r->slot = i;
+        r->gen = gen;
+        r->attached = true;
+        atomic_store(&r->last_renew_ns, ivshm__mono_ns());
+        atomic_fetch_add(&ivshm__hdr(r)->attaches, 1);
+        return IVSHM_OK;
+    }
+    return IVSHM_ERR_REGISTRY_FULL;
+}
+
+ivshm_status_t ivshm_attach(ivshm_region_t *r)
+{
+    if (r->attached)
+        return IVSHM_OK;
+    if (!r->valid || r->rdonly)
+        return ivshm__fail(IVSHM_ERR_INVAL,
+                           "cannot attach to an invalid or read-only region");
+    if (try_claim(r) == IVSHM_OK)
+        return IVSHM_OK;
+    ivshm_gc(r, NULL);
+    if (try_claim(r) == IVSHM_OK)
+        return IVSHM_OK;
+    return ivshm__fail(IVSHM_ERR_REGISTRY_FULL,
+                       "all %u registry slots of %s hold live leases; end "
+                       "idle processes, run 'ivshm gc', or reformat with "
+                       "more --procs",
+                       r->g.reg_slots, r->uri);
+}
+
+/* Frees what the slot owns and releases it with a new generation. Caller
+ * holds the slot in RECLAIMING (or is its owner in ALIVE). */
+static unsigned release_slot(ivshm_region_t *r, uint32_t i, uint32_t gen)
+{
+    struct ivshm_reg_slot *s = ivshm__reg(r, i);
+    unsigned freed = ivshm__free_owned_by(r, OWNER_TAG(OWNER_PROC, i, gen));
+    atomic_store(&s->job, 0);
+    atomic_store(&s->job_gen, 0);
+    s->pid = 0;
+    s->vm_id = 0;
+    s->start_time = 0;
+    atomic_store(&s->heartbeat_ns, 0);
+    /* R2: free with a new generation; stale CASes by the old owner fail. */
+    atomic_store_explicit(&s->word, SLOT_WORD(gen + 1, SLOT_FREE),
+                          memory_order_release);
+    return freed;
+}
+
+ivshm_status_t ivshm_detach(ivshm_region_t *r)
+{
+    if (!r->attached)
+        return IVSHM_OK;
+    if (r->hb_running) {
+        atomic_store(&r->hb_stop, true);
+        pthread_join(r->hb_thread, NULL);
+        r->hb_running = false;
+    }
+    struct ivshm_reg_slot *s = ivshm__reg(r, r->slot);
+    uint64_t w = SLOT_WORD(r->gen, SLOT_ALIVE);
+    r->attached = false;
+    if (!atomic_compare_exchange_strong(&s->word, &w,
+                                        SLOT_WORD(r->gen, SLOT_RECLAIMING)))
+        return ivshm__fail(IVSHM_ERR_LEASE_LOST,
+                           "registry slot %u was reclaimed before detach",
+                           r->slot);
+    release_slot(r, r->slot, r->gen);
+    unsigned chunks = 0;
+    ivshm__job_gc(r, &chunks); /* our job may have lost its last member */
+    return IVSHM_OK;
+}
+
+ivshm_status_t ivshm_lease_renew(ivshm_region_t *r)
+{
+    if (!r->attached)
+        return ivshm__fail(IVSHM_ERR_LEASE_LOST, "not attached");
+    uint64_t mono = ivshm__mono_ns();
+    uint64_t period = (uint64_t)r->g.lease_timeout_ms * 1000000ull / 8;
+    if (mono - atomic_load_explicit(&r->last_renew_ns, memory_order_relaxed) <
+        period)
+        return IVSHM_OK;
+    struct ivshm_reg_slot *s = ivshm__reg(r, r->slot);
+    /* L0: heartbeat first, then check the word (both seq_cst). Pairs with
+     * the reclaimer's CAS then heartbeat re-read (L1): either it sees our
+     * heartbeat and backs off, or we see its claim. */
+    atomic_store(&s->heartbeat_ns, ivshm__now_ns());
+    unsigned spins = 0;
+    for (;;) {
+        uint64_t w = atomic_load(&s->word);
+        if (w == SLOT_WORD(r->gen, SLOT_ALIVE))
+            break;
+        if (w != SLOT_WORD(r->gen, SLOT_RECLAIMING) || spins > 100000)
+            return ivshm__fail(IVSHM_ERR_LEASE_LOST,
+                               "lease on registry slot %u was reclaimed "
+                               "(this process stalled longer than %u ms)",
+                               r->slot, r->g.lease_timeout_ms);
+        ivshm__backoff(&spins);
+    }
+    atomic_store_explicit(&r->last_renew_ns, mono, memory_order_relaxed);
+    return IVSHM_OK;
+}
+
+static void *hb_main(void *arg)
+{
+    ivshm_region_t *r = arg;
+    uint64_t period_ms = r->g.lease_timeout_ms / 4;
+    while (!atomic_load(&r->hb_stop)) {
+        for (uint64_t t = 0; t < period_ms && !atomic_load(&r->hb_stop);
+             t += 20) {
+            struct timespec ts = {0, 20 * 1000000};
+            nanosleep(&ts, NULL);
+        }
+        atomic_store(&r->last_renew_ns, 0); /* force a real renew */
+        if (ivshm_lease_renew(r) == IVSHM_ERR_LEASE_LOST)
+            break;
+    }
+    return NULL;
+}
+
+ivshm_status_t ivshm_lease_start_thread(ivshm_region_t *r)
+{
+    ivshm_status_t st = ivshm__require_attached(r);
+    if (st != IVSHM_OK || r->hb_running)
+        return st;
+    atomic_store(&r->hb_stop, false);
+    int e = pthread_create(&r->hb_thread, NULL, hb_main, r);
+    if (e)
+        return ivshm__fail(IVSHM_ERR_SYS, "cannot start heartbeat thread: %s",
+                           strerror(e));
+    r->hb_running = true;
+    return IVSHM_OK;
+}
+
+/* Decides whether a slot may be reclaimed; see file comment. The identity
+ * fields (vm_id, pid, start_time) are only complete once ALIVE is
+ * published, so a CLAIMING slot expires by timeout alone. */
+static bool lease_dead(ivshm_region_t *r, struct ivshm_reg_slot *s,
+                       unsigned state, uint64_t now, uint64_t timeout_ns)
+{
+    uint64_t hb = atomic_load_explicit(&s->heartbeat_ns, memory_order_acquire);
+    if (hb == 0) {
+        /* Claimed but not yet stamped: start the clock now so that a
+         * claimer that died here expires one timeout later. */
+        uint64_t zero = 0;
+        atomic_compare_exchange_strong(&s->heartbeat_ns, &zero, now);
+        return false;
+    }
+    if (state == SLOT_ALIVE && s->vm_id == r->vm_id && s->pid != 0)
+        return ivshm__pid_dead(s->pid, s->start_time);
+    return now > hb && now - hb > timeout_ns;
+}
+
+static unsigned reclaim_procs(ivshm_region_t *r, unsigned *chunks)
+{
+    unsigned n = 0;
+    uint64_t timeout_ns = (uint64_t)r->g.lease_timeout_ms * 1000000ull;
+    for (uint32_t i = 0; i < r->g.reg_slots; i++) {
+        struct ivshm_reg_slot *s = ivshm__reg(r, i);
+        uint64_t w = atomic_load(&s->word);
+        unsigned st = SLOT_STATE(w);
+        uint32_t gen = SLOT_GEN(w);
+        uint64_t now = ivshm__now_ns();
+        if (r->attached && i == r->slot)
+            continue;
+        if (st == SLOT_RECLAIMING) {
+            /* a reclaimer that died mid-way: finish after two timeouts */
+            uint64_t hb = atomic_load(&s->heartbeat_ns);
+            if (hb && now > hb && now - hb > 2 * timeout_ns &&
+                atomic_compare_exchange_strong(
+                    &s->word, &w, SLOT_WORD(gen + 1, SLOT_RECLAIMING))) {
+                *chunks += release_slot(r, i, gen);
+                n++;
+            }
+            continue;
+        }
+        if (st != SLOT_ALIVE && st != SLOT_CLAIMING)
+            continue;
+        if (!lease_dead(r, s, st, now, timeout_ns))
+            continue;
+        if (!atomic_compare_exchange_strong(&s->word, &w,
+                                            SLOT_WORD(gen, SLOT_RECLAIMING)))
+            continue;
+        bool same_vm = st == SLOT_ALIVE && s->vm_id == r->vm_id && s->pid != 0;
+        /* L1: re-read the heartbeat after our claim; see L0. */
+        uint64_t hb = atomic_load(&s->heartbeat_ns);
+        now = ivshm__now_ns();
+        if (!same_vm && hb > now - timeout_ns) {
+            uint64_t mine = SLOT_WORD(gen, SLOT_RECLAIMING);
+            atomic_compare_exchange_strong(&s->word, &mine, w);
+            continue;
+        }
+        *chunks += release_slot(r, i, gen);
+        atomic_fetch_add(&ivshm__hdr(r)->reclaims, 1);
+        n++;
+    }
+    return n;
+}
+
+ivshm_status_t ivshm_gc(ivshm_region_t *r, ivshm_gc_stats_t *stats)
+{
+    if (!r->valid || r->rdonly)
+        return ivshm__fail(IVSHM_ERR_INVAL,
+                           "cannot collect on an invalid or read-only region");
+    ivshm_gc_stats_t local = {0};
+    local.procs_reclaimed = reclaim_procs(r, &local.chunks_freed);
+    local.jobs_reclaimed = ivshm__job_gc(r, &local.chunks_freed);
+    local.chunks_freed += ivshm__sweep_orphans(r);
+    if (stats)
+        *stats = local;
+    return IVSHM_OK;
+}
+
+ivshm_status_t ivshm_self_identity(const ivshm_region_t *r,
+                                   ivshm_identity_t *id)
+{
+    ivshm_status_t st = ivshm__require_attached(r);
+    if (st != IVSHM_OK)
+        return st;
+    memset(id, 0, sizeof(*id));
+    memcpy(id->region_uuid, r->g.uuid, 16);
+    id->vm_id = r->vm_id;
+    id->slot = r->slot;
+    id->gen = r->gen;
+    id->pid = (uint32_t)getpid();
+    return IVSHM_OK;
+}
+
+ivshm_locality_t ivshm_peer_locality(ivshm_region_t *r,
+                                     const ivshm_identity_t *peer)
+{
+    if (!r->valid || memcmp(peer->region_uuid, r->g.uuid, 16) != 0)
+        return IVSHM_PEER_REMOTE;
+    if (peer->slot >= r->g.reg_slots)
+        return IVSHM_PEER_STALE;
+    struct ivshm_reg_slot *s = ivshm__reg(r, peer->slot);
+    uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
+    if (w != SLOT_WORD(peer->gen, SLOT_ALIVE) || s->vm_id != peer->vm_id ||
+        s->pid != peer->pid)
+        return IVSHM_PEER_STALE;
+    if (r->attached && peer->slot == r->slot && peer->gen == r->gen)
+        return IVSHM_PEER_SELF;
+    return peer->vm_id == r->vm_id ? IVSHM_PEER_SAME_VM : IVSHM_PEER_OTHER_VM;
+}
+
+const char *ivshm_locality_str(ivshm_locality_t l)
+{
+    switch (l) {
+    case IVSHM_PEER_REMOTE: return "remote";
+    case IVSHM_PEER_STALE: return "stale";
+    case IVSHM_PEER_OTHER_VM: return "other-vm";
+    case IVSHM_PEER_SAME_VM: return "same-vm";
+    case IVSHM_PEER_SELF: return "self";
+    }
+    return "?";
+}

@@ -1,0 +1,435 @@
+/*
+ * ivshm: the admin and user tool for libivshm regions, on hosts (file:
+ * regions) and in guests (pci: devices).
+ *   ivshm format | info | list | check | gc   (see ivshm(1))
+ * Exit status: 0 on success, else the libivshm status code of the failure.
+ */
+#include <ivshm/ivshm.h>
+
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct opts {
+    const char *region;
+    bool json;
+    ivshm_format_opts_t fmt;
+};
+
+static int usage_main(FILE *f)
+{
+    fprintf(f,
+            "usage: ivshm [--region URI] COMMAND [OPTIONS]\n"
+            "\n"
+            "Commands:\n"
+            "  format   create and format a region\n"
+            "  info     show the header, attached VMs, job areas and usage\n"
+            "  list     list the ivshmem devices of this machine\n"
+            "  check    validate the whole layout (non-zero exit on damage)\n"
+            "  gc       reclaim the leases of dead processes, jobs, chunks\n"
+            "\n"
+            "A region is named by a URI: file:/dev/shm/NAME, pci:auto or\n"
+            "pci:0000:00:04.0 (default: $IVSHM_REGION, else pci:auto).\n"
+            "'ivshm COMMAND --help' describes each command; see ivshm(1).\n");
+    return f == stderr ? 2 : 0;
+}
+
+static const char *const cmd_help[][2] = {
+    {"format",
+     "usage: ivshm format [--region] URI [--size SIZE] [--hugepages] [--force]\n"
+     "                    [--chunk SIZE] [--procs N] [--jobs N]\n"
+     "                    [--lease-ms MS] [--mode OCTAL] [--json]\n"
+     "Creates a file: region of SIZE bytes (suffixes K, M, G; default: keep the\n"
+     "file's size) and writes an empty version-1 layout with a new UUID.\n"
+     "Refuses a region that is already valid unless --force (attached\n"
+     "processes then lose their state). --hugepages requires hugetlbfs.\n"},
+    {"info",
+     "usage: ivshm info [--region URI] [--json]\n"
+     "Prints the header (UUID, version, size), the attached VMs and\n"
+     "processes, the job areas and the heap usage.\n"},
+    {"list",
+     "usage: ivshm list [--json]\n"
+     "Lists the ivshmem PCI devices (1af4:1110) of this machine with their\n"
+     "BAR2 size, mode and whether this user may map them.\n"},
+    {"check",
+     "usage: ivshm check [--region URI] [--json]\n"
+     "Validates the header, the registry, the job table and the chunk table.\n"
+     "Exits non-zero (the status code of the first problem) on damage;\n"
+     "notes such as leaked chunks do not fail the check.\n"},
+    {"gc",
+     "usage: ivshm gc [--region URI] [--json]\n"
+     "Reclaims the registry slots of dead processes (this VM: pid gone;\n"
+     "other VMs: heartbeat older than the lease timeout), jobs without live\n"
+     "members and chunks whose owner is gone.\n"},
+};
+
+static int cmd_usage(const char *cmd, FILE *f)
+{
+    for (size_t i = 0; i < sizeof(cmd_help) / sizeof(cmd_help[0]); i++)
+        if (strcmp(cmd_help[i][0], cmd) == 0)
+            fputs(cmd_help[i][1], f);
+    return f == stderr ? 2 : 0;
+}
+
+static int fail(const char *cmd, int st)
+{
+    fprintf(stderr, "ivshm %s: %s: %s\n", cmd, ivshm_strerror(st),
+            ivshm_last_error());
+    return st;
+}
+
+static bool parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 0);
+    switch (*end) {
+    case 'k': case 'K': v <<= 10; end++; break;
+    case 'm': case 'M': v <<= 20; end++; break;
+    case 'g': case 'G': v <<= 30; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B')
+        end++;
+    if (*end == 'B')
+        end++;
+    if (*end != '\0' || end == s)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* JSON strings: our own strings are printable ASCII (shared strings are
+ * sanitised by the library); quote and backslash are escaped. */
+static void jstr(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            putchar('\\');
+        putchar(*s);
+    }
+    putchar('"');
+}
+
+static const char *state_name(int s)
+{
+    static const char *const n[] = {"free", "claiming", "alive", "reclaiming"};
+    return s >= 0 && s < 4 ? n[s] : "invalid";
+}
+
+static int open_region(const char *cmd, struct opts *o, unsigned flags,
+                       ivshm_region_t **r)
+{
+    int st = ivshm_region_open(o->region, flags, r);
+    if (st != IVSHM_OK && !*r)
+        return fail(cmd, st);
+    return st;
+}
+
+static int do_format(struct opts *o)
+{
+    if (!o->region)
+        o->region = getenv(IVSHM_ENV_REGION);
+    if (!o->region) {
+        fprintf(stderr, "ivshm format: name the region (file:PATH)\n");
+        return IVSHM_ERR_INVAL;
+    }
+    int st = ivshm_format(o->region, &o->fmt);
+    if (st != IVSHM_OK)
+        return fail("format", st);
+    ivshm_region_t *r;
+    st = open_region("format", o, IVSHM_OPEN_RDONLY, &r);
+    if (st != IVSHM_OK)
+        return st;
+    ivshm_region_info_t inf;
+    ivshm_region_info(r, &inf);
+    char u[37];
+    ivshm_uuid_str(inf.uuid, u);
+    if (o->json) {
+        printf("{\"region\":");
+        jstr(ivshm_region_uri(r));
+        printf(",\"uuid\":\"%s\",\"size\":%llu,\"chunks\":%u,"
+               "\"chunk_size\":%u}\n",
+               u, (unsigned long long)inf.size, inf.chunk_count,
+               inf.chunk_size);
+    } else {
+        printf("formatted %s: %llu bytes, uuid %s, %u chunks of %u KiB, "
+               "%u process slots, %u job slots\n",
+               ivshm_region_uri(r), (unsigned long long)inf.size, u,
+               inf.chunk_count, inf.chunk_size / 1024, inf.reg_slots,
+               inf.job_slots);
+    }
+    ivshm_region_close(r);
+    return 0;
+}
+
+static int do_info(struct opts *o)
+{
+    ivshm_region_t *r;
+    int st = open_region("info", o, IVSHM_OPEN_RDONLY, &r);
+    if (st != IVSHM_OK)
+        return st;
+    ivshm_region_info_t inf;
+    ivshm_region_info(r, &inf);
+    char u[37];
+    ivshm_uuid_str(inf.uuid, u);
+    time_t ct = (time_t)(inf.created_ns / 1000000000ull);
+    char tbuf[64];
+    strftime(tbuf, sizeof(tbuf), "%Y-%m-%dT%H:%M:%SZ", gmtime(&ct));
+    /* VMs: distinct vm ids among live slots */
+    uint64_t vms[256];
+    unsigned nvms = 0;
+    if (o->json) {
+        printf("{\"region\":");
+        jstr(ivshm_region_uri(r));
+        printf(",\"uuid\":\"%s\",\"version\":%u,\"size\":%llu,"
+               "\"created\":\"%s\",\"chunk_size\":%u,\"chunks\":%u,"
+               "\"chunks_used\":%u,\"lease_timeout_ms\":%u,\"processes\":[",
+               u, inf.version, (unsigned long long)inf.size, tbuf,
+               inf.chunk_size, inf.chunk_count, inf.chunks_used,
+               inf.lease_timeout_ms);
+    } else {
+        printf("region     %s\nuuid       %s\nversion    %u\nsize       %llu "
+               "bytes (%llu MiB)\ncreated    %s\nheap       %u of %u chunks "
+               "of %u KiB used (%.1f%%)\nlease      %u ms\n",
+               ivshm_region_uri(r), u, inf.version,
+               (unsigned long long)inf.size,
+               (unsigned long long)(inf.size >> 20), tbuf, inf.chunks_used,
+               inf.chunk_count, inf.chunk_size / 1024,
+               inf.chunk_count ? 100.0 * inf.chunks_used / inf.chunk_count
+                               : 0.0,
+               inf.lease_timeout_ms);
+        printf("processes  %u of %u slots\n", inf.reg_used, inf.reg_slots);
+    }
+    bool first = true;
+    for (uint32_t i = 0; i < inf.reg_slots; i++) {
+        ivshm_proc_info_t p;
+        if (ivshm_region_proc(r, i, &p) != IVSHM_OK || p.state == 0)
+            continue;
+        unsigned k;
+        for (k = 0; k < nvms && vms[k] != p.vm_id; k++)
+            ;
+        if (k == nvms && nvms < 256)
+            vms[nvms++] = p.vm_id;
+        if (o->json) {
+            printf("%s{\"slot\":%u,\"gen\":%u,\"state\":\"%s\",\"pid\":%u,"
+                   "\"vm\":\"%016llx\",\"host\":",
+                   first ? "" : ",", p.slot, p.gen, state_name(p.state), p.pid,
+                   (unsigned long long)p.vm_id);
+            jstr(p.host);
+            printf(",\"comm\":");
+            jstr(p.comm);
+            printf(",\"heartbeat_age_ms\":%lld,\"job\":%d,\"chunks\":%u}",
+                   (long long)p.heartbeat_age_ms, (int)p.job - 1, p.chunks);
+        } else {
+            printf("  slot %-4u %-10s pid %-7u vm %016llx host %-16s %-12s "
+                   "heartbeat %lld ms ago, %u chunks%s\n",
+                   p.slot, state_name(p.state), p.pid,
+                   (unsigned long long)p.vm_id, p.host, p.comm,
+                   (long long)p.heartbeat_age_ms, p.chunks,
+                   p.job ? ", in a job" : "");
+        }
+        first = false;
+    }
+    if (o->json)
+        printf("],\"vms\":%u,\"jobs\":[", nvms);
+    else
+        printf("vms        %u\njobs       %u of %u slots\n", nvms, inf.job_used,
+               inf.job_slots);
+    first = true;
+    for (uint32_t i = 0; i < inf.job_slots; i++) {
+        ivshm_job_info_t j;
+        if (ivshm_region_job(r, i, &j) != IVSHM_OK || j.state == 0)
+            continue;
+        if (o->json) {
+            printf("%s{\"slot\":%u,\"state\":\"%s\",\"key\":", first ? "" : ",",
+                   j.slot, state_name(j.state));
+            jstr(j.key);
+            printf(",\"area_off\":%llu,\"area_size\":%llu,\"members\":%u}",
+                   (unsigned long long)j.area_off,
+                   (unsigned long long)j.area_size, j.members);
+        } else {
+            printf("  job %-4u %-10s %-24s area %llu+%llu, %u members\n",
+                   j.slot, state_name(j.state), j.key,
+                   (unsigned long long)j.area_off,
+                   (unsigned long long)j.area_size, j.members);
+        }
+        first = false;
+    }
+    if (o->json)
+        printf("]}\n");
+    ivshm_region_close(r);
+    return 0;
+}
+
+static int do_list(struct opts *o)
+{
+    ivshm_pci_dev_t devs[32];
+    int n = ivshm_pci_list(devs, 32);
+    if (n > 32)
+        n = 32;
+    if (o->json)
+        printf("[");
+    else if (n == 0)
+        printf("no ivshmem devices (PCI 1af4:1110)\n");
+    for (int i = 0; i < n; i++) {
+        if (o->json)
+            printf("%s{\"uri\":\"pci:%s\",\"size\":%llu,\"revision\":%d,"
+                   "\"mode\":\"%s\",\"accessible\":%s}",
+                   i ? "," : "", devs[i].addr,
+                   (unsigned long long)devs[i].size, devs[i].revision,
+                   devs[i].has_doorbell ? "doorbell" : "plain",
+                   devs[i].accessible ? "true" : "false");
+        else
+            printf("pci:%s  %llu MiB  rev %d  %s  %s\n", devs[i].addr,
+                   (unsigned long long)(devs[i].size >> 20), devs[i].revision,
+                   devs[i].has_doorbell ? "doorbell" : "plain",
+                   devs[i].accessible ? "accessible"
+                                      : "no access (see the udev rule)");
+    }
+    if (o->json)
+        printf("]\n");
+    return 0;
+}
+
+struct check_ctx {
+    bool json;
+    unsigned problems, notes;
+};
+
+static void check_report(void *arg, ivshm_status_t st, const char *msg)
+{
+    struct check_ctx *c = arg;
+    if (st == IVSHM_OK)
+        c->notes++;
+    else
+        c->problems++;
+    if (c->json) {
+        printf("%s{\"severity\":\"%s\",\"code\":%d,\"message\":",
+               c->problems + c->notes > 1 ? "," : "",
+               st == IVSHM_OK ? "note" : "error", (int)st);
+        jstr(msg);
+        printf("}");
+    } else {
+        printf("%s: %s\n", st == IVSHM_OK ? "note" : "error", msg);
+    }
+}
+
+static int do_check(struct opts *o)
+{
+    ivshm_region_t *r;
+    int st = ivshm_region_open(o->region,
+                               IVSHM_OPEN_RDONLY | IVSHM_OPEN_NOVALIDATE, &r);
+    if (!r)
+        return fail("check", st);
+    struct check_ctx c = {o->json, 0, 0};
+    if (o->json)
+        printf("{\"region\":\"%s\",\"findings\":[", ivshm_region_uri(r));
+    st = ivshm_region_check(r, check_report, &c);
+    if (o->json)
+        printf("],\"ok\":%s,\"code\":%d}\n", st == IVSHM_OK ? "true" : "false",
+               st);
+    else if (st == IVSHM_OK)
+        printf("%s: layout valid (%u notes)\n", ivshm_region_uri(r), c.notes);
+    else
+        fprintf(stderr, "ivshm check: %s: %u problems\n", ivshm_region_uri(r),
+                c.problems);
+    ivshm_region_close(r);
+    return st;
+}
+
+static int do_gc(struct opts *o)
+{
+    ivshm_region_t *r;
+    int st = open_region("gc", o, 0, &r);
+    if (st != IVSHM_OK)
+        return st;
+    ivshm_gc_stats_t s;
+    st = ivshm_gc(r, &s);
+    if (st != IVSHM_OK) {
+        ivshm_region_close(r);
+        return fail("gc", st);
+    }
+    if (o->json)
+        printf("{\"processes\":%u,\"jobs\":%u,\"chunks\":%u}\n",
+               s.procs_reclaimed, s.jobs_reclaimed, s.chunks_freed);
+    else
+        printf("reclaimed %u process leases, %u jobs, %u chunks\n",
+               s.procs_reclaimed, s.jobs_reclaimed, s.chunks_freed);
+    ivshm_region_close(r);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {0};
+    ivshm_format_opts_init(&o.fmt);
+    static const struct option lo[] = {
+        {"region", required_argument, 0, 'r'},
+        {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},
+        {"size", required_argument, 0, 's'},
+        {"chunk", required_argument, 0, 'c'},
+        {"procs", required_argument, 0, 'p'},
+        {"jobs", required_argument, 0, 'J'},
+        {"lease-ms", required_argument, 0, 'l'},
+        {"hugepages", no_argument, 0, 'H'},
+        {"force", no_argument, 0, 'f'},
+        {"mode", required_argument, 0, 'm'},
+        {0, 0, 0, 0},
+    };
+    const char *cmd = NULL;
+    bool help = false;
+    int c;
+    /* '+' not used: options may come before or after the command */
+    while ((c = getopt_long(argc, argv, "r:jhs:fH", lo, NULL)) != -1) {
+        uint64_t v;
+        switch (c) {
+        case 'r': o.region = optarg; break;
+        case 'j': o.json = true; break;
+        case 'h': help = true; break;
+        case 'f': o.fmt.force = 1; break;
+        case 'H': o.fmt.hugepages = 1; break;
+        case 'm': o.fmt.mode = (mode_t)strtoul(optarg, NULL, 8); break;
+        case 's': case 'c': case 'p': case 'J': case 'l':
+            if (!parse_size(optarg, &v) || v > UINT64_MAX / 2) {
+                fprintf(stderr, "ivshm: bad number '%s'\n", optarg);
+                return IVSHM_ERR_INVAL;
+            }
+            if (c == 's') o.fmt.size = v;
+            else if (c == 'c') o.fmt.chunk_size = (uint32_t)v;
+            else if (c == 'p') o.fmt.reg_slots = (uint32_t)v;
+            else if (c == 'J') o.fmt.job_slots = (uint32_t)v;
+            else o.fmt.lease_timeout_ms = (uint32_t)v;
+            break;
+        default: return usage_main(stderr);
+        }
+    }
+    if (optind < argc)
+        cmd = argv[optind++];
+    if (optind < argc && !o.region)
+        o.region = argv[optind++];
+    if (optind < argc) {
+        fprintf(stderr, "ivshm: unexpected argument '%s'\n", argv[optind]);
+        return IVSHM_ERR_INVAL;
+    }
+    if (!cmd)
+        return usage_main(help ? stdout : stderr);
+    static const struct {
+        const char *name;
+        int (*fn)(struct opts *);
+    } cmds[] = {{"format", do_format}, {"info", do_info}, {"list", do_list},
+                {"check", do_check},   {"gc", do_gc}};
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        if (strcmp(cmd, cmds[i].name) == 0)
+            return help ? cmd_usage(cmd, stdout) : cmds[i].fn(&o);
+    }
+    if (strcmp(cmd, "help") == 0)
+        return usage_main(stdout);
+    fprintf(stderr, "ivshm: unknown command '%s'\n", cmd);
+    return usage_main(stderr);
+}

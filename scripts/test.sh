@@ -1,0 +1,45 @@
+#!/bin/sh
+# The whole test suite, from a fresh Debian 12 machine (as root):
+# installs the packages, builds with -Werror, runs `make check`, again under
+# ASan+UBSan, and `make distcheck`.
+set -eu
+cd "$(dirname "$0")/.."
+top=$(pwd)
+sh scripts/install-deps.sh
+autoreconf -fi >/dev/null 2>&1 || autoreconf -fi
+jobs=$(nproc 2>/dev/null || echo 2)
+
+run_build() {
+    name=$1; shift
+    echo "=== build: $name"
+    rm -rf "$top/_build-$name"
+    mkdir -p "$top/_build-$name"
+    cd "$top/_build-$name"
+    "$top/configure" --enable-werror "$@" >configure.out 2>&1 || { cat configure.out; exit 1; }
+    tail -8 configure.out
+    make -j"$jobs" >make.out 2>&1 || { cat make.out; exit 1; }
+    if ! make -j"$jobs" check; then
+        for f in $(find . -name '*.log' -path '*tests*'); do echo "--- $f"; tail -50 "$f"; done
+        exit 1
+    fi
+    cd "$top"
+}
+
+run_build release CFLAGS="-O2 -g"
+SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    run_build asan --disable-shared CFLAGS="-O1 -g $SAN" LDFLAGS="$SAN"
+if [ "${IVSHM_SKIP_DISTCHECK:-0}" != 1 ]; then
+    echo "=== make distcheck"
+    (cd "$top/_build-release" && make -j"$jobs" distcheck >distcheck.out 2>&1) || {
+        tail -60 "$top/_build-release/distcheck.out"; exit 1; }
+    grep -E "archives ready|^libivshm-.*tar.gz" "$top/_build-release/distcheck.out" || true
+fi
+total_pass=0 total_fail=0
+for d in "$top"/_build-release "$top"/_build-asan; do
+    p=$(sed -n 's/^# PASS: *//p' "$d/test-suite.log" | head -1)
+    f=$(sed -n 's/^# FAIL: *//p' "$d/test-suite.log" | head -1)
+    total_pass=$((total_pass + ${p:-0})); total_fail=$((total_fail + ${f:-0}))
+done
+echo "=== all test builds passed"
+echo "$total_pass passed, $total_fail failed"

@@ -1,0 +1,77 @@
+#!/bin/sh
+# The ivshm tool end to end: every subcommand, --json output, --help, exit
+# codes for bad input, and check/gc on a damaged region.
+set -u
+b=${top_builddir:-.}
+IVSHM="$b/libivshm/tools/ivshm"
+R=/dev/shm/ivshm-cli-test-$$
+pass=0 fail=0
+cleanup() { rm -f "$R" "$R.small" "$R.zero"; }
+trap cleanup EXIT
+
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+# expect CODE DESCRIPTION CMD...: runs CMD, compares its exit status
+expect() {
+    want=$1; what=$2; shift 2
+    "$@" >/tmp/ivshm-cli-out.$$ 2>&1
+    got=$?
+    if [ "$got" -eq "$want" ]; then ok; else bad "$what: exit $got, want $want"; cat /tmp/ivshm-cli-out.$$; fi
+}
+contains() {
+    if grep -q -- "$1" /tmp/ivshm-cli-out.$$; then ok; else bad "output lacks '$1'"; cat /tmp/ivshm-cli-out.$$; fi
+}
+
+expect 0 "format" "$IVSHM" format "file:$R" --size 4M --procs 16
+contains "uuid"
+expect 17 "format twice refused" "$IVSHM" format "file:$R" --size 4M
+contains "force"
+expect 0 "info" "$IVSHM" info --region "file:$R"
+contains "version    1"
+expect 0 "info --json" "$IVSHM" info "file:$R" --json
+if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["size"]==4194304 and d["version"]==1 and d["processes"]==[]' /tmp/ivshm-cli-out.$$; then ok; else bad "info --json not valid JSON"; fi
+expect 0 "check" "$IVSHM" check "file:$R"
+contains "layout valid"
+expect 0 "check --json" "$IVSHM" check "file:$R" --json
+if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["ok"] is True' /tmp/ivshm-cli-out.$$; then ok; else bad "check --json"; fi
+expect 0 "gc" "$IVSHM" gc "file:$R" --json
+contains '"processes":0'
+expect 0 "list" "$IVSHM" list --json
+for c in format info list check gc; do
+    expect 0 "$c --help" "$IVSHM" "$c" --help
+    contains "usage: ivshm $c"
+done
+expect 0 "--help" "$IVSHM" --help
+expect 2 "no command" "$IVSHM"
+expect 2 "unknown command" "$IVSHM" frobnicate
+
+# bad input: each gets its own exit code and a sentence
+expect 3 "missing file" "$IVSHM" info file:/dev/shm/ivshm-does-not-exist
+contains "does-not-exist"
+expect 2 "bad URI" "$IVSHM" info nonsense
+expect 7 "too small" "$IVSHM" format "file:$R.small" --size 64K
+head -c 65536 /dev/zero > "$R.small"
+expect 7 "too small on open" "$IVSHM" info "file:$R.small"
+head -c 2097152 /dev/zero > "$R.zero"
+expect 8 "unformatted" "$IVSHM" info "file:$R.zero"
+cp "$R" "$R.zero"; truncate -s 8M "$R.zero"
+expect 12 "size mismatch" "$IVSHM" check "file:$R.zero"
+printf 'XXXXXXXX' | dd of="$R" bs=1 seek=0 conv=notrunc status=none
+expect 9 "bad magic: check fails" "$IVSHM" check "file:$R"
+contains "bad magic"
+expect 9 "bad magic: info fails" "$IVSHM" info "file:$R"
+expect 0 "force reformat" "$IVSHM" format "file:$R" --force
+printf '\377' | dd of="$R" bs=1 seek=50 conv=notrunc status=none
+expect 11 "corrupt geometry" "$IVSHM" check "file:$R"
+expect 0 "force reformat" "$IVSHM" format "file:$R" --force
+printf '\001' | dd of="$R" bs=1 seek=30 conv=notrunc status=none
+expect 11 "corrupt uuid (checksum)" "$IVSHM" check "file:$R"
+contains "checksum"
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+    "$IVSHM" format "file:$R" --force --mode 600 >/dev/null
+    expect 4 "permission denied" setpriv --reuid=65534 --regid=65534 --clear-groups "$IVSHM" info "file:$R"
+    contains "chmod"
+fi
+rm -f /tmp/ivshm-cli-out.$$
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

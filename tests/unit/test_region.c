@@ -1,0 +1,569 @@
+/*
+ * Unit tests of the region layer: format, header validation and every bad
+ * input case, allocator, registry leases, job areas, co-residency and the
+ * PCI provider (over a fake sysfs tree).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "internal.h"
+#include "../testutil.h"
+
+#include <errno.h>
+#include <sys/wait.h>
+
+static char path[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    tu_region_path(path, sizeof(path), "unit");
+    unsetenv(IVSHM_ENV_VM_ID);
+    unsetenv("IVSHM_SYSFS_ROOT");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(path);
+    return 0;
+}
+
+static void test_format_and_open(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_format(path, 4 << 20, 0, 0), IVSHM_OK);
+    ivshm_region_t *r;
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &r), IVSHM_OK);
+    ivshm_region_info_t i;
+    assert_int_equal(ivshm_region_info(r, &i), IVSHM_OK);
+    assert_int_equal(i.size, 4 << 20);
+    assert_int_equal(i.version, 1);
+    assert_int_equal(i.chunk_size, 65536);
+    assert_true(i.chunk_count > 50 && i.chunk_count < 64);
+    assert_int_equal(i.chunks_used, 0);
+    assert_int_equal(ivshm_region_check(r, NULL, NULL), IVSHM_OK);
+    uint8_t u1[16], zero[16] = {0};
+    ivshm_region_uuid(r, u1);
+    assert_memory_not_equal(u1, zero, 16);
+    ivshm_region_close(r);
+    /* a second format is refused without force, and keeps the uuid */
+    ivshm_format_opts_t o;
+    ivshm_format_opts_init(&o);
+    assert_int_equal(ivshm_format(tu_uri(path), &o), IVSHM_ERR_EXISTS);
+    assert_non_null(strstr(ivshm_last_error(), "--force"));
+    o.force = 1;
+    assert_int_equal(ivshm_format(tu_uri(path), &o), IVSHM_OK);
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &r), IVSHM_OK);
+    uint8_t u2[16];
+    ivshm_region_uuid(r, u2);
+    assert_memory_not_equal(u1, u2, 16);
+    ivshm_region_close(r);
+}
+
+static void test_missing_file(void **state)
+{
+    (void)state;
+    ivshm_region_t *r;
+    assert_int_equal(ivshm_region_open("file:/dev/shm/ivshm-no-such", 0, &r),
+                     IVSHM_ERR_NOENT);
+    assert_null(r);
+    assert_non_null(strstr(ivshm_last_error(), "/dev/shm/ivshm-no-such"));
+    assert_int_equal(ivshm_region_open("bogus:x", 0, &r), IVSHM_ERR_INVAL);
+    assert_int_equal(ivshm_region_open("relative", 0, &r), IVSHM_ERR_INVAL);
+}
+
+static void test_permission_denied(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_format(path, 2 << 20, 0, 0), IVSHM_OK);
+    chmod(path, 0600);
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* root bypasses modes: drop to nobody to see what a rank sees */
+        if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+            _exit(90);
+        if (geteuid() != 0)
+            chmod(path, 0); /* unprivileged run: remove our own access */
+        ivshm_region_t *r;
+        ivshm_status_t st = ivshm_region_open(tu_uri(path), 0, &r);
+        if (st != IVSHM_ERR_PERM)
+            _exit(91);
+        if (!strstr(ivshm_last_error(), "chmod") ||
+            !strstr(ivshm_last_error(), "udev"))
+            _exit(92);
+        _exit(0);
+    }
+    int ws;
+    waitpid(pid, &ws, 0);
+    assert_true(WIFEXITED(ws));
+    assert_int_equal(WEXITSTATUS(ws), 0);
+}
+
+static void test_too_small(void **state)
+{
+    (void)state;
+    ivshm_format_opts_t o;
+    ivshm_format_opts_init(&o);
+    o.size = 512 << 10;
+    assert_int_equal(ivshm_format(tu_uri(path), &o), IVSHM_ERR_TOO_SMALL);
+    int fd = open(path, O_RDWR | O_CREAT, 0600);
+    assert_int_equal(ftruncate(fd, 64 << 10), 0);
+    close(fd);
+    ivshm_region_t *r;
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &r),
+                     IVSHM_ERR_TOO_SMALL);
+    assert_non_null(strstr(ivshm_last_error(), "minimum"));
+    /* the table would not fit: 1 MiB with 8192 process slots */
+    o.size = 1 << 20;
+    o.reg_slots = 8192;
+    assert_int_equal(ivshm_format(tu_uri(path), &o), IVSHM_ERR_TOO_SMALL);
+}
+
+static void test_unformatted(void **state)
+{
+    (void)state;
+    int fd = open(path, O_RDWR | O_CREAT, 0600);
+    assert_int_equal(ftruncate(fd, 2 << 20), 0);
+    close(fd);
+    ivshm_region_t *r;
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &r),
+                     IVSHM_ERR_UNFORMATTED);
+}
+
+static ivshm_status_t reopen_status(void)
+{
+    ivshm_region_t *r;
+    ivshm_status_t st = ivshm_region_open(tu_uri(path), 0, &r);
+    if (r)
+        ivshm_region_close(r);
+    return st;
+}
+
+static void test_wrong_magic(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_format(path, 2 << 20, 0, 0), IVSHM_OK);
+    size_t len = 0;
+    unsigned char *m = tu_map_raw(path, &len);
+    memcpy(m, "NOTOURS!", 8);
+    assert_int_equal(reopen_status(), IVSHM_ERR_BAD_MAGIC);
+    munmap(m, len);
+}
+
+static void set_version(uint32_t v)
+{
+    size_t len = 0;
+    unsigned char *m = tu_map_raw(path, &len);
+    struct ivshm_hdr *h = (struct ivshm_hdr *)m;
+    h->version = v;
+    h->hdr_sum = ivshm__fnv1a(h, IVSHM_HDR_SUM_BYTES, IVSHM_FNV_INIT);
+    munmap(m, len);
+}
+
+static void test_versions(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_format(path, 2 << 20, 0, 0), IVSHM_OK);
+    set_version(2);
+    assert_int_equal(reopen_status(), IVSHM_ERR_VERSION);
+    assert_non_null(strstr(ivshm_last_error(), "upgrade libivshm"));
+    set_version(0);
+    assert_int_equal(reopen_status(), IVSHM_ERR_VERSION);
+    assert_non_null(strstr(ivshm_last_error(), "reformat"));
+}
+
+/* Every byte of the immutable header and of the state word, corrupted in
+ * turn, is rejected with a validation error (never accepted, never a
+ * crash), and the field name or checksum is in the message. */
+static void test_each_header_field(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_format(path, 2 << 20, 0, 0), IVSHM_OK);
+    size_t len = 0;
+    unsigned char *m = tu_map_raw(path, &len);
+    unsigned char saved[256];
+    memcpy(saved, m, sizeof(saved));
+    size_t offs[IVSHM_HDR_SUM_BYTES + 12];
+    size_t n = 0;
+    for (size_t i = 0; i < IVSHM_HDR_SUM_BYTES + 8; i++)
+        offs[n++] = i;
+    for (size_t i = 0; i < 4; i++)
+        offs[n++] = offsetof(struct ivshm_hdr, state) + i;
+    for (size_t k = 0; k < n; k++) {
+        m[offs[k]] ^= 0x5a;
+        ivshm_status_t st = reopen_status();
+        if (st == IVSHM_OK)
+            fail_msg("corrupting header byte %zu was accepted", offs[k]);
+        assert_true(st == IVSHM_ERR_BAD_MAGIC || st == IVSHM_ERR_VERSION ||
+                    st == IVSHM_ERR_CORRUPT || st == IVSHM_ERR_SIZE_MISMATCH ||
+                    st == IVSHM_ERR_UNFORMATTED);
+        memcpy(m, saved, sizeof(saved));
+    }
+    /* named fields: geometry with a valid checksum still fails by name */
+    struct ivshm_hdr *h = (struct ivshm_hdr *)m;
+    h->heap_off += 4096;
+    h->hdr_sum = ivshm__fnv1a(h, IVSHM_HDR_SUM_BYTES, IVSHM_FNV_INIT);
+    assert_int_equal(reopen_status(), IVSHM_ERR_CORRUPT);
+    assert_non_null(strstr(ivshm_last_error(), "heap_off"));
+    memcpy(m, saved, sizeof(saved));
+    h->lease_timeout_ms = 1;
+    h->hdr_sum = ivshm__fnv1a(h, IVSHM_HDR_SUM_BYTES, IVSHM_FNV_INIT);
+    assert_int_equal(reopen_status(), IVSHM_ERR_CORRUPT);
+    assert_non_null(strstr(ivshm_last_error(), "lease_timeout_ms"));
+    memcpy(m, saved, sizeof(saved));
+    assert_int_equal(reopen_status(), IVSHM_OK);
+    munmap(m, len);
+}
+
+static void test_size_mismatch(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_format(path, 2 << 20, 0, 0), IVSHM_OK);
+    assert_int_equal(truncate(path, 4 << 20), 0);
+    assert_int_equal(reopen_status(), IVSHM_ERR_SIZE_MISMATCH);
+    assert_non_null(strstr(ivshm_last_error(), "region_size"));
+}
+
+static void test_registry_full(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_format(path, 2 << 20, 4, 0), IVSHM_OK);
+    ivshm_region_t *r[5];
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(ivshm_region_open(tu_uri(path), 0, &r[i]), IVSHM_OK);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(ivshm_attach(r[i]), IVSHM_OK);
+    assert_int_equal(ivshm_attach(r[4]), IVSHM_ERR_REGISTRY_FULL);
+    assert_non_null(strstr(ivshm_last_error(), "ivshm gc"));
+    /* the others are unaffected */
+    uint64_t off;
+    assert_int_equal(ivshm_alloc(r[0], 1000, &off), IVSHM_OK);
+    assert_int_equal(ivshm_lease_renew(r[1]), IVSHM_OK);
+    assert_int_equal(ivshm_region_check(r[4], NULL, NULL), IVSHM_OK);
+    /* a detach frees a slot for the fifth */
+    assert_int_equal(ivshm_detach(r[2]), IVSHM_OK);
+    assert_int_equal(ivshm_attach(r[4]), IVSHM_OK);
+    for (int i = 0; i < 5; i++)
+        ivshm_region_close(r[i]);
+}
+
+static void test_allocator(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_format(path, 4 << 20, 0, 0), IVSHM_OK);
+    ivshm_region_t *r;
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &r), IVSHM_OK);
+    uint64_t off;
+    assert_int_equal(ivshm_alloc(r, 10, &off), IVSHM_ERR_INVAL); /* detached */
+    assert_int_equal(ivshm_attach(r), IVSHM_OK);
+    ivshm_region_info_t inf;
+    ivshm_region_info(r, &inf);
+    uint64_t a, b, c;
+    assert_int_equal(ivshm_alloc(r, 1, &a), IVSHM_OK);
+    assert_int_equal(ivshm_alloc(r, 3 * 65536 + 1, &b), IVSHM_OK);
+    assert_int_equal(ivshm_alloc(r, 65536, &c), IVSHM_OK);
+    assert_int_equal(a, inf.heap_off);
+    assert_int_equal(b, a + 65536);
+    assert_int_equal(c, b + 4 * 65536);
+    ivshm_region_info(r, &inf);
+    assert_int_equal(inf.chunks_used, 6);
+    /* memory is usable and in bounds */
+    memset((char *)ivshm_region_base(r) + b, 0xab, 3 * 65536 + 1);
+    /* a hole is reused first-fit */
+    assert_int_equal(ivshm_free(r, b), IVSHM_OK);
+    uint64_t d;
+    assert_int_equal(ivshm_alloc(r, 2 * 65536, &d), IVSHM_OK);
+    assert_int_equal(d, b);
+    /* bad frees are refused */
+    assert_int_equal(ivshm_free(r, b + 65536 * 3), IVSHM_ERR_INVAL);
+    assert_int_equal(ivshm_free(r, 12345), IVSHM_ERR_INVAL);
+    assert_int_equal(ivshm_free(r, a + 1), IVSHM_ERR_INVAL);
+    /* exhaustion is NOSPACE, and a message with a fix */
+    assert_int_equal(ivshm_alloc(r, 64ull << 20, &d), IVSHM_ERR_NOSPACE);
+    assert_non_null(strstr(ivshm_last_error(), "larger region"));
+    int n = 0;
+    while (ivshm_alloc(r, 65536, &d) == IVSHM_OK)
+        n++;
+    ivshm_region_info(r, &inf);
+    assert_int_equal(inf.chunks_used, inf.chunk_count);
+    assert_int_equal(ivshm_region_check(r, NULL, NULL), IVSHM_OK);
+    /* another process's allocation cannot be freed by us */
+    ivshm_region_t *r2;
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &r2), IVSHM_OK);
+    assert_int_equal(ivshm_attach(r2), IVSHM_OK);
+    assert_int_equal(ivshm_free(r2, a), IVSHM_ERR_INVAL);
+    /* detach releases everything it owned */
+    ivshm_region_close(r);
+    ivshm_region_info(r2, &inf);
+    assert_int_equal(inf.chunks_used, 0);
+    ivshm_region_close(r2);
+    (void)n;
+}
+
+static void test_jobs(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_format(path, 4 << 20, 0, 0), IVSHM_OK);
+    ivshm_region_t *a, *b;
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &a), IVSHM_OK);
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &b), IVSHM_OK);
+    assert_int_equal(ivshm_attach(a), IVSHM_OK);
+    assert_int_equal(ivshm_attach(b), IVSHM_OK);
+    ivshm_job_t *ja, *jb, *jc;
+    assert_int_equal(ivshm_job_join(a, "", 100, &ja), IVSHM_ERR_INVAL);
+    assert_int_equal(ivshm_job_join(a, "job-1", 200000, &ja), IVSHM_OK);
+    assert_int_equal(ivshm_job_join(b, "job-1", 999, &jb), IVSHM_OK);
+    assert_int_equal(ivshm_job_area_off(ja), ivshm_job_area_off(jb));
+    assert_int_equal(ivshm_job_area_size(jb), 200000);
+    assert_int_equal(ivshm_job_join(b, "job-2", 1000, &jc), IVSHM_OK);
+    assert_int_not_equal(ivshm_job_area_off(jc), ivshm_job_area_off(ja));
+    ivshm_job_info_t ji;
+    assert_int_equal(ivshm_region_job(a, ivshm_job_index(ja), &ji), IVSHM_OK);
+    assert_string_equal(ji.key, "job-1");
+    /* b switched its membership to job-2, so job-1 has one member */
+    assert_int_equal(ji.members, 1);
+    ivshm_job_leave(jc);
+    ivshm_job_leave(jb);
+    ivshm_job_leave(ja);
+    ivshm_region_info_t inf;
+    ivshm_region_info(a, &inf);
+    assert_int_equal(inf.job_used, 0);
+    assert_int_equal(inf.chunks_used, 0);
+    ivshm_region_close(a);
+    ivshm_region_close(b);
+}
+
+static void test_locality(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_format(path, 2 << 20, 0, 0), IVSHM_OK);
+    char other[256];
+    tu_region_path(other, sizeof(other), "other");
+    assert_int_equal(tu_format(other, 2 << 20, 0, 0), IVSHM_OK);
+    ivshm_region_t *a, *b, *c, *x;
+    setenv(IVSHM_ENV_VM_ID, "vm-a", 1);
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &a), IVSHM_OK);
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &c), IVSHM_OK);
+    setenv(IVSHM_ENV_VM_ID, "vm-b", 1);
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &b), IVSHM_OK);
+    assert_int_equal(ivshm_region_open(tu_uri(other), 0, &x), IVSHM_OK);
+    unsetenv(IVSHM_ENV_VM_ID);
+    ivshm_region_t *all[] = {a, b, c, x};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(ivshm_attach(all[i]), IVSHM_OK);
+    ivshm_identity_t ia, ib, ic, ixx;
+    ivshm_self_identity(a, &ia);
+    ivshm_self_identity(b, &ib);
+    ivshm_self_identity(c, &ic);
+    ivshm_self_identity(x, &ixx);
+    assert_int_equal(ivshm_peer_locality(a, &ia), IVSHM_PEER_SELF);
+    assert_int_equal(ivshm_peer_locality(a, &ib), IVSHM_PEER_OTHER_VM);
+    assert_int_equal(ivshm_peer_locality(a, &ic), IVSHM_PEER_SAME_VM);
+    assert_int_equal(ivshm_peer_locality(a, &ixx), IVSHM_PEER_REMOTE);
+    assert_int_equal(ivshm_peer_locality(x, &ia), IVSHM_PEER_REMOTE);
+    /* forged or stale identities */
+    ivshm_identity_t f = ib;
+    f.slot = 100000;
+    assert_int_equal(ivshm_peer_locality(a, &f), IVSHM_PEER_STALE);
+    f = ib;
+    f.vm_id ^= 1;
+    assert_int_equal(ivshm_peer_locality(a, &f), IVSHM_PEER_STALE);
+    ivshm_detach(b);
+    assert_int_equal(ivshm_peer_locality(a, &ib), IVSHM_PEER_STALE);
+    for (int i = 0; i < 4; i++)
+        ivshm_region_close(all[i]);
+    unlink(other);
+}
+
+/* Opens and attaches a handle that presents itself as VM `vm`. */
+static ivshm_region_t *attach_as(const char *vm)
+{
+    ivshm_region_t *r;
+    setenv(IVSHM_ENV_VM_ID, vm, 1);
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &r), IVSHM_OK);
+    unsetenv(IVSHM_ENV_VM_ID);
+    assert_int_equal(ivshm_attach(r), IVSHM_OK);
+    return r;
+}
+
+/* A lease of another VM expires after the timeout; before it, a slow owner
+ * keeps it; after a reclaim the owner learns it on renew. */
+static void test_lease_expiry(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_format(path, 2 << 20, 0, 200), IVSHM_OK);
+    ivshm_region_t *slow = attach_as("vm-slow"), *gc = attach_as("vm-gc");
+    uint64_t off;
+    assert_int_equal(ivshm_alloc(slow, 4096, &off), IVSHM_OK);
+    ivshm_gc_stats_t s;
+    assert_int_equal(ivshm_gc(gc, &s), IVSHM_OK);
+    assert_int_equal(s.procs_reclaimed, 0); /* young lease: kept */
+    usleep(120 * 1000);
+    assert_int_equal(ivshm_lease_renew(slow), IVSHM_OK); /* renewed in time */
+    usleep(120 * 1000);
+    assert_int_equal(ivshm_gc(gc, &s), IVSHM_OK);
+    assert_int_equal(s.procs_reclaimed, 0);
+    usleep(300 * 1000);
+    assert_int_equal(ivshm_gc(gc, &s), IVSHM_OK);
+    assert_int_equal(s.procs_reclaimed, 1);
+    assert_int_equal(s.chunks_freed, 1);
+    assert_int_equal(ivshm_lease_renew(slow), IVSHM_ERR_LEASE_LOST);
+    ivshm_region_close(slow);
+    ivshm_region_close(gc);
+}
+
+static void test_heartbeat_thread(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_format(path, 2 << 20, 0, 200), IVSHM_OK);
+    ivshm_region_t *owner = attach_as("vm-1"), *gc = attach_as("vm-2");
+    assert_int_equal(ivshm_lease_start_thread(owner), IVSHM_OK);
+    ivshm_gc_stats_t s;
+    for (int i = 0; i < 10; i++) {
+        usleep(100 * 1000);
+        assert_int_equal(ivshm_gc(gc, &s), IVSHM_OK);
+        assert_int_equal(s.procs_reclaimed, 0);
+    }
+    ivshm_region_close(owner);
+    ivshm_region_close(gc);
+}
+
+static void write_file(const char *p, const char *content)
+{
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(content, f);
+    fclose(f);
+}
+
+static void make_dev(const char *root, const char *addr, const char *vendor,
+                     const char *device, uint64_t size)
+{
+    char d[512], p[600];
+    snprintf(d, sizeof(d), "%s/bus/pci/devices/%s", root, addr);
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", d);
+    assert_int_equal(system(cmd), 0);
+    snprintf(p, sizeof(p), "%s/vendor", d);
+    write_file(p, vendor);
+    snprintf(p, sizeof(p), "%s/device", d);
+    write_file(p, device);
+    snprintf(p, sizeof(p), "%s/revision", d);
+    write_file(p, "0x01\n");
+    snprintf(p, sizeof(p), "%s/resource2", d);
+    int fd = open(p, O_RDWR | O_CREAT, 0600);
+    assert_int_equal(ftruncate(fd, (off_t)size), 0);
+    close(fd);
+}
+
+static void test_pci_provider(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/ivshm-sysfs-XXXXXX";
+    assert_non_null(mkdtemp(root));
+    setenv("IVSHM_SYSFS_ROOT", root, 1);
+    ivshm_region_t *r;
+    assert_int_equal(ivshm_region_open("pci:auto", 0, &r), IVSHM_ERR_NODEV);
+    assert_non_null(strstr(ivshm_last_error(), "ivshmem-plain"));
+    make_dev(root, "0000:00:03.0", "0x8086\n", "0x100e\n", 4096);
+    make_dev(root, "0000:00:04.0", "0x1af4\n", "0x1110\n", 2 << 20);
+    ivshm_pci_dev_t devs[4];
+    assert_int_equal(ivshm_pci_list(devs, 4), 1);
+    assert_string_equal(devs[0].addr, "0000:00:04.0");
+    assert_int_equal(devs[0].size, 2 << 20);
+    assert_int_equal(devs[0].has_doorbell, 0);
+    assert_int_equal(ivshm_region_open("pci:auto", 0, &r),
+                     IVSHM_ERR_UNFORMATTED);
+    /* a BAR is formatted in place */
+    assert_int_equal(ivshm_format("pci:auto", NULL), IVSHM_OK);
+    assert_int_equal(ivshm_region_open("pci:auto", 0, &r), IVSHM_OK);
+    assert_int_equal(ivshm_attach(r), IVSHM_OK);
+    ivshm_region_close(r);
+    assert_int_equal(ivshm_region_open("pci:00:04.0", 0, &r), IVSHM_OK);
+    ivshm_region_close(r);
+    assert_int_equal(ivshm_region_open("pci:0000:00:09.0", 0, &r),
+                     IVSHM_ERR_NOENT);
+    assert_int_equal(ivshm_region_open("pci:0000:00:03.0", 0, &r),
+                     IVSHM_ERR_NODEV);
+    make_dev(root, "0000:00:05.0", "0x1af4\n", "0x1110\n", 2 << 20);
+    assert_int_equal(ivshm_region_open("pci:auto", 0, &r),
+                     IVSHM_ERR_AMBIGUOUS);
+    assert_non_null(strstr(ivshm_last_error(), "ivshm list"));
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+    unsetenv("IVSHM_SYSFS_ROOT");
+}
+
+static void test_check_finds_damage(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_format(path, 4 << 20, 0, 0), IVSHM_OK);
+    ivshm_region_t *r;
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &r), IVSHM_OK);
+    assert_int_equal(ivshm_attach(r), IVSHM_OK);
+    ivshm_job_t *j;
+    assert_int_equal(ivshm_job_join(r, "k", 70000, &j), IVSHM_OK);
+    uint64_t off;
+    assert_int_equal(ivshm_alloc(r, 3 * 65536, &off), IVSHM_OK);
+    assert_int_equal(ivshm_region_check(r, NULL, NULL), IVSHM_OK);
+    /* a run whose middle chunk changed owner */
+    struct ivshm_chunk *c = ivshm__chunk(r, (uint32_t)((off - r->g.heap_off) >> 16) + 1);
+    uint64_t saved = c->owner;
+    c->owner = OWNER_TAG(OWNER_PROC, 7, 0);
+    assert_int_equal(ivshm_region_check(r, NULL, NULL), IVSHM_ERR_CORRUPT);
+    c->owner = saved;
+    /* a job area that points outside the heap */
+    struct ivshm_job_slot *js = ivshm__jobs(r, ivshm_job_index(j));
+    uint64_t so = js->area_off;
+    js->area_off = r->g.size - 10;
+    assert_int_equal(ivshm_region_check(r, NULL, NULL), IVSHM_ERR_CORRUPT);
+    js->area_off = so;
+    /* an unknown registry state */
+    struct ivshm_reg_slot *rs = ivshm__reg(r, 9);
+    rs->word = 0x77;
+    assert_int_equal(ivshm_region_check(r, NULL, NULL), IVSHM_ERR_CORRUPT);
+    rs->word = 0;
+    assert_int_equal(ivshm_region_check(r, NULL, NULL), IVSHM_OK);
+    ivshm_job_leave(j);
+    ivshm_region_close(r);
+}
+
+static void test_strerror(void **state)
+{
+    (void)state;
+    for (int s = 0; s <= IVSHM_ERR_SYS; s++)
+        assert_non_null(ivshm_strerror((ivshm_status_t)s));
+    assert_string_equal(ivshm_strerror(IVSHM_ERR_VERSION),
+                        "unsupported layout version");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_format_and_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_missing_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_permission_denied, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_too_small, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unformatted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wrong_magic, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_versions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_each_header_field, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_size_mismatch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_registry_full, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_allocator, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_jobs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_locality, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_heartbeat_thread, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pci_provider, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_finds_damage, setup, teardown),
+        cmocka_unit_test(test_strerror),
+    };
+    return cmocka_run_group_tests_name("region", tests, NULL, NULL);
+}
