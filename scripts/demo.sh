@@ -12,7 +12,11 @@ if [ ! -x "$top/_build-demo/libivshm/tools/ivshm" ] || [ "${IVSHM_REBUILD:-0}" =
 fi
 B=$top/_build-demo
 R=/dev/shm/ivshm-demo
+trap 'rm -f "$R"' EXIT
+echo "=== a region, as an admin formats it on the host"
 "$B/libivshm/tools/ivshm" format "file:$R" --size 64M --force
-"$B/libivshm/tools/ivshm" info "file:$R"
+echo "=== channel latency between two processes on two cores (as two VMs)"
+"$B/benchmarks/ivshm-lat" --region "file:$R" --max 65536
+echo "=== channel bandwidth"
+"$B/benchmarks/ivshm-bw" --region "file:$R" --max 4194304
 "$B/libivshm/tools/ivshm" check "file:$R"
-rm -f "$R"

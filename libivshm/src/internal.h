@@ -23,6 +23,7 @@
 #define IVSHM_HDR_SUM_BYTES 120u /* bytes of header covered by hdr_sum */
 
 #define IVSHM_ALIGNED __attribute__((aligned(IVSHM_CACHELINE)))
+#define IVSHM_JOBS_PER_PROC 4
 
 enum ivshm_hdr_state {
     HDR_EMPTY = 0,
@@ -82,13 +83,15 @@ struct ivshm_reg_slot {
     uint64_t vm_id;
     uint64_t start_time; /* process start (clock ticks since boot) */
     uint32_t pid;
-    _Atomic uint32_t job; /* job slot + 1, 0 = none */
-    _Atomic uint32_t job_gen;
     uint32_t pad;
+    /* job memberships, each (job generation << 32 | job slot + 1); 0 free.
+     * Written by the owner only, one atomic word each. */
+    _Atomic uint64_t jobs[IVSHM_JOBS_PER_PROC];
     char host[32];
     char comm[16];
-    uint8_t reserved[32];
+    uint8_t reserved[8];
 };
+#define MEMBER_WORD(idx, gen) (((uint64_t)(gen) << 32) | ((uint64_t)(idx) + 1))
 _Static_assert(sizeof(struct ivshm_reg_slot) == 2 * IVSHM_CACHELINE,
                "registry slot is two lines");
 
@@ -226,5 +229,6 @@ ivshm_status_t ivshm__free_tagged(ivshm_region_t *r, uint64_t off,
 
 /* job.c */
 unsigned ivshm__job_gc(ivshm_region_t *r, unsigned *chunks);
+bool ivshm__is_member(struct ivshm_reg_slot *p, uint32_t idx, uint32_t gen);
 
 #endif

@@ -28,18 +28,35 @@ static uint32_t key_hash(const char *key)
     return (uint32_t)(h ^ (h >> 32));
 }
 
-static void set_membership(ivshm_region_t *r, uint32_t idx, uint32_t gen)
+/* Records membership in one of our registry slot's job words; false if
+ * this process is already in IVSHM_JOBS_PER_PROC jobs. */
+static bool set_membership(ivshm_region_t *r, uint32_t idx, uint32_t gen)
 {
     struct ivshm_reg_slot *me = ivshm__reg(r, r->slot);
-    atomic_store(&me->job_gen, gen);
-    atomic_store(&me->job, idx + 1);
+    for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
+        if (atomic_load(&me->jobs[k]) == 0) {
+            atomic_store(&me->jobs[k], MEMBER_WORD(idx, gen));
+            return true;
+        }
+    return false;
 }
 
-static void clear_membership(ivshm_region_t *r)
+static void clear_membership(ivshm_region_t *r, uint32_t idx, uint32_t gen)
 {
     struct ivshm_reg_slot *me = ivshm__reg(r, r->slot);
-    atomic_store(&me->job, 0);
-    atomic_store(&me->job_gen, 0);
+    for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
+        if (atomic_load(&me->jobs[k]) == MEMBER_WORD(idx, gen)) {
+            atomic_store(&me->jobs[k], 0);
+            return;
+        }
+}
+
+bool ivshm__is_member(struct ivshm_reg_slot *p, uint32_t idx, uint32_t gen)
+{
+    for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
+        if (atomic_load(&p->jobs[k]) == MEMBER_WORD(idx, gen))
+            return true;
+    return false;
 }
 
 static unsigned count_members(ivshm_region_t *r, uint32_t idx, uint32_t gen)
@@ -49,7 +66,7 @@ static unsigned count_members(ivshm_region_t *r, uint32_t idx, uint32_t gen)
         struct ivshm_reg_slot *p = ivshm__reg(r, k);
         uint64_t w = atomic_load(&p->word);
         if ((SLOT_STATE(w) == SLOT_ALIVE || SLOT_STATE(w) == SLOT_CLAIMING) &&
-            atomic_load(&p->job) == idx + 1 && atomic_load(&p->job_gen) == gen)
+            ivshm__is_member(p, idx, gen))
             n++;
     }
     return n;
@@ -149,7 +166,7 @@ static bool wait_claim(ivshm_region_t *r, uint32_t j, uint64_t w)
     return true;
 }
 
-enum scan_result { SCAN_NONE, SCAN_JOINED, SCAN_RETRY, SCAN_BUSY };
+enum scan_result { SCAN_NONE, SCAN_JOINED, SCAN_RETRY, SCAN_BUSY, SCAN_FULL };
 
 /* Looks for a published job with our key (join it) or a pending claim of
  * our hash. With mine >= 0, decides the race for our own claim at mine. */
@@ -168,14 +185,15 @@ static enum scan_result scan(ivshm_region_t *r, const char *key, uint32_t h,
                 return SCAN_RETRY; /* give way, join it on the next pass */
             /* J0: announce membership, then confirm the job still stands
              * (seq_cst both); pairs with J1 in job gc. */
-            set_membership(r, i, JOB_GEN(w));
+            if (!set_membership(r, i, JOB_GEN(w)))
+                return SCAN_FULL;
             if (atomic_load(&s->word) != w) {
-                clear_membership(r);
+                clear_membership(r, i, JOB_GEN(w));
                 return SCAN_RETRY;
             }
             if (load_area(r, i, JOB_GEN(w), &j->area_off, &j->area_size) !=
                 IVSHM_OK) {
-                clear_membership(r);
+                clear_membership(r, i, JOB_GEN(w));
                 return SCAN_BUSY;
             }
             j->idx = i;
@@ -216,6 +234,8 @@ ivshm_status_t ivshm_job_join(ivshm_region_t *r, const char *key,
             goto done;
         if (sr == SCAN_BUSY)
             break;
+        if (sr == SCAN_FULL)
+            goto too_many;
         if (sr == SCAN_RETRY)
             continue;
         /* no such job: claim a free slot */
@@ -261,12 +281,16 @@ ivshm_status_t ivshm_job_join(ivshm_region_t *r, const char *key,
             free(j);
             return st;
         }
+        if (!set_membership(r, (uint32_t)mine, gen)) {
+            ivshm__free_owned_by(r, OWNER_TAG(OWNER_JOB, mine, gen));
+            release_job(r, (uint32_t)mine, w);
+            goto too_many;
+        }
         memset((char *)r->base + off, 0, area_size);
         memset(s->key, 0, sizeof(s->key));
         memcpy(s->key, key, klen);
         s->area_size = area_size;
         atomic_store(&s->area_off, off);
-        set_membership(r, (uint32_t)mine, gen);
         /* J2: publish; joiners acquire the word and then read the slot. */
         atomic_store_explicit(&s->word, JOB_WORD(h, gen, SLOT_ALIVE),
                               memory_order_release);
@@ -281,6 +305,11 @@ ivshm_status_t ivshm_job_join(ivshm_region_t *r, const char *key,
                        "job '%s' could not be created or joined: another "
                        "creator holds it or its slot is damaged",
                        key);
+too_many:
+    free(j);
+    return ivshm__fail(IVSHM_ERR_NOSPACE,
+                       "this process is already in %d jobs of the region",
+                       IVSHM_JOBS_PER_PROC);
 done:
     *out = j;
     return IVSHM_OK;
@@ -292,10 +321,7 @@ void ivshm_job_leave(ivshm_job_t *j)
         return;
     ivshm_region_t *r = j->r;
     if (r->attached) {
-        struct ivshm_reg_slot *me = ivshm__reg(r, r->slot);
-        if (atomic_load(&me->job) == j->idx + 1 &&
-            atomic_load(&me->job_gen) == j->gen)
-            clear_membership(r);
+        clear_membership(r, j->idx, j->gen);
         unsigned chunks = 0;
         ivshm__job_gc(r, &chunks);
     }

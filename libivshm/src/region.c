@@ -458,7 +458,8 @@ ivshm_status_t ivshm_region_proc(ivshm_region_t *r, uint32_t i,
     p->vm_id = s->vm_id;
     uint64_t hb = atomic_load(&s->heartbeat_ns);
     p->heartbeat_age_ms = hb ? (int64_t)(ivshm__now_ns() - hb) / 1000000 : -1;
-    p->job = atomic_load(&s->job);
+    for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
+        p->job += atomic_load(&s->jobs[k]) != 0;
     copy_str(p->host, s->host, sizeof(p->host));
     copy_str(p->comm, s->comm, sizeof(p->comm));
     uint64_t tag = OWNER_TAG(OWNER_PROC, i, p->gen);
@@ -487,8 +488,7 @@ ivshm_status_t ivshm_region_job(ivshm_region_t *r, uint32_t i,
     for (uint32_t k = 0; k < r->g.reg_slots; k++) {
         struct ivshm_reg_slot *p = ivshm__reg(r, k);
         if (SLOT_STATE(atomic_load(&p->word)) == SLOT_ALIVE &&
-            atomic_load(&p->job) == i + 1 &&
-            atomic_load(&p->job_gen) == j->gen)
+            ivshm__is_member(p, i, j->gen))
             j->members++;
     }
     return IVSHM_OK;
@@ -516,13 +516,15 @@ ivshm_status_t ivshm_region_check(ivshm_region_t *r, ivshm_report_fn report,
     }
     for (uint32_t i = 0; i < g.reg_slots; i++) {
         uint64_t w = atomic_load(&ivshm__reg(r, i)->word);
-        uint32_t job = atomic_load(&ivshm__reg(r, i)->job);
         if (SLOT_STATE(w) > SLOT_RECLAIMING)
             REPORT(IVSHM_ERR_CORRUPT, "registry slot %u: state %u unknown", i,
                    SLOT_STATE(w));
-        if (job > g.job_slots)
-            REPORT(IVSHM_ERR_CORRUPT,
-                   "registry slot %u: job index %u out of range", i, job);
+        for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++) {
+            uint32_t job = (uint32_t)atomic_load(&ivshm__reg(r, i)->jobs[k]);
+            if (job > g.job_slots)
+                REPORT(IVSHM_ERR_CORRUPT,
+                       "registry slot %u: job index %u out of range", i, job);
+        }
     }
     uint64_t heap_end = g.heap_off + ((uint64_t)g.chunk_count << g.chunk_shift);
     for (uint32_t i = 0; i < g.job_slots; i++) {

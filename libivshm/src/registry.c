@@ -80,8 +80,8 @@ static ivshm_status_t try_claim(ivshm_region_t *r)
         s->vm_id = r->vm_id;
         s->pid = d.pid;
         s->start_time = d.start_time;
-        atomic_store(&s->job, 0);
-        atomic_store(&s->job_gen, 0);
+        for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
+            atomic_store(&s->jobs[k], 0);
         memcpy(s->host, d.host, sizeof(s->host));
         memcpy(s->comm, d.comm, sizeof(s->comm));
         /* R1: heartbeat last among the identity fields: a reclaimer that
@@ -130,8 +130,8 @@ static unsigned release_slot(ivshm_region_t *r, uint32_t i, uint32_t gen)
 {
     struct ivshm_reg_slot *s = ivshm__reg(r, i);
     unsigned freed = ivshm__free_owned_by(r, OWNER_TAG(OWNER_PROC, i, gen));
-    atomic_store(&s->job, 0);
-    atomic_store(&s->job_gen, 0);
+    for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
+        atomic_store(&s->jobs[k], 0);
     s->pid = 0;
     s->vm_id = 0;
     s->start_time = 0;

@@ -4,6 +4,7 @@
  *   ivshm format | info | list | check | gc   (see ivshm(1))
  * Exit status: 0 on success, else the libivshm status code of the failure.
  */
+#include <ivshm/channel.h>
 #include <ivshm/ivshm.h>
 
 #include <getopt.h>
@@ -31,6 +32,7 @@ static int usage_main(FILE *f)
             "  list     list the ivshmem devices of this machine\n"
             "  check    validate the whole layout (non-zero exit on damage)\n"
             "  gc       reclaim the leases of dead processes, jobs, chunks\n"
+            "  stat     per-endpoint channel counters of every job\n"
             "\n"
             "A region is named by a URI: file:/dev/shm/NAME, pci:auto or\n"
             "pci:0000:00:04.0 (default: $IVSHM_REGION, else pci:auto).\n"
@@ -65,6 +67,11 @@ static const char *const cmd_help[][2] = {
      "Reclaims the registry slots of dead processes (this VM: pid gone;\n"
      "other VMs: heartbeat older than the lease timeout), jobs without live\n"
      "members and chunks whose owner is gone.\n"},
+    {"stat",
+     "usage: ivshm stat [--region URI] [--json]\n"
+     "Prints the counters of every channel endpoint of every job: pieces and\n"
+     "bytes in and out, sends that found the receiver full, invalid entries\n"
+     "dropped, dead peers seen, fast boxes granted and used, wake-ups.\n"},
 };
 
 static int cmd_usage(const char *cmd, FILE *f)
@@ -223,15 +230,15 @@ static int do_info(struct opts *o)
             jstr(p.host);
             printf(",\"comm\":");
             jstr(p.comm);
-            printf(",\"heartbeat_age_ms\":%lld,\"job\":%d,\"chunks\":%u}",
-                   (long long)p.heartbeat_age_ms, (int)p.job - 1, p.chunks);
+            printf(",\"heartbeat_age_ms\":%lld,\"jobs\":%u,\"chunks\":%u}",
+                   (long long)p.heartbeat_age_ms, p.job, p.chunks);
         } else {
             printf("  slot %-4u %-10s pid %-7u vm %016llx host %-16s %-12s "
                    "heartbeat %lld ms ago, %u chunks%s\n",
                    p.slot, state_name(p.state), p.pid,
                    (unsigned long long)p.vm_id, p.host, p.comm,
                    (long long)p.heartbeat_age_ms, p.chunks,
-                   p.job ? ", in a job" : "");
+                   p.job ? ", in jobs" : "");
         }
         first = false;
     }
@@ -364,6 +371,67 @@ static int do_gc(struct opts *o)
     return 0;
 }
 
+struct stat_ctx {
+    bool json;
+    unsigned n;
+};
+
+static void stat_visit(void *arg, const char *job, uint32_t index, uint32_t pid,
+                       const ivshm_ep_stats_t *s)
+{
+    struct stat_ctx *c = arg;
+    if (c->json) {
+        printf("%s{\"job\":", c->n ? "," : "");
+        jstr(job);
+        printf(",\"endpoint\":%u,\"pid\":%u,\"msgs_in\":%llu,\"bytes_in\":%llu,"
+               "\"msgs_out\":%llu,\"bytes_out\":%llu,\"stalls_full\":%llu,"
+               "\"invalid_dropped\":%llu,\"dead_peers\":%llu,"
+               "\"fbox_granted\":%llu,\"fbox_used\":%llu,\"wakeups\":%llu}",
+               index, pid, (unsigned long long)s->msgs_in,
+               (unsigned long long)s->bytes_in, (unsigned long long)s->msgs_out,
+               (unsigned long long)s->bytes_out,
+               (unsigned long long)s->stalls_full,
+               (unsigned long long)s->invalid_dropped,
+               (unsigned long long)s->dead_peers,
+               (unsigned long long)s->fbox_granted,
+               (unsigned long long)s->fbox_used, (unsigned long long)s->wakeups);
+    } else {
+        printf("%-20s %4u %7u %10llu %12llu %10llu %12llu %7llu %7llu %5llu "
+               "%5llu/%-5llu %7llu\n",
+               job, index, pid, (unsigned long long)s->msgs_in,
+               (unsigned long long)s->bytes_in, (unsigned long long)s->msgs_out,
+               (unsigned long long)s->bytes_out,
+               (unsigned long long)s->stalls_full,
+               (unsigned long long)s->invalid_dropped,
+               (unsigned long long)s->dead_peers,
+               (unsigned long long)s->fbox_granted,
+               (unsigned long long)s->fbox_used, (unsigned long long)s->wakeups);
+    }
+    c->n++;
+}
+
+static int do_stat(struct opts *o)
+{
+    ivshm_region_t *r;
+    int st = open_region("stat", o, IVSHM_OPEN_RDONLY, &r);
+    if (st != IVSHM_OK)
+        return st;
+    struct stat_ctx c = {o->json, 0};
+    if (o->json)
+        printf("[");
+    else
+        printf("%-20s %4s %7s %10s %12s %10s %12s %7s %7s %5s %11s %7s\n", "job",
+               "ep", "pid", "msgs_in", "bytes_in", "msgs_out", "bytes_out",
+               "stalls", "invalid", "dead", "fbox g/u", "wakeups");
+    ivshm_region_endpoints(r, stat_visit, &c);
+    if (o->json)
+        printf("]\n");
+    else if (c.n == 0)
+        printf("(no channel endpoints)\n");
+    ivshm_region_close(r);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o = {0};
@@ -423,7 +491,8 @@ int main(int argc, char **argv)
         const char *name;
         int (*fn)(struct opts *);
     } cmds[] = {{"format", do_format}, {"info", do_info}, {"list", do_list},
-                {"check", do_check},   {"gc", do_gc}};
+                {"check", do_check},   {"gc", do_gc},
+                {"stat", do_stat}};
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         if (strcmp(cmd, cmds[i].name) == 0)
             return help ? cmd_usage(cmd, stdout) : cmds[i].fn(&o);

@@ -37,7 +37,11 @@ if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["ok"] i
 expect 0 "gc" "$IVSHM" gc "file:$R" --json
 contains '"processes":0'
 expect 0 "list" "$IVSHM" list --json
-for c in format info list check gc; do
+expect 0 "stat (no endpoints)" "$IVSHM" stat "file:$R"
+contains "no channel endpoints"
+expect 0 "stat --json" "$IVSHM" stat "file:$R" --json
+if python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))==[]' /tmp/ivshm-cli-out.$$; then ok; else bad "stat --json"; fi
+for c in format info list check gc stat; do
     expect 0 "$c --help" "$IVSHM" "$c" --help
     contains "usage: ivshm $c"
 done

@@ -325,8 +325,21 @@ static void test_jobs(void **state)
     ivshm_job_info_t ji;
     assert_int_equal(ivshm_region_job(a, ivshm_job_index(ja), &ji), IVSHM_OK);
     assert_string_equal(ji.key, "job-1");
-    /* b switched its membership to job-2, so job-1 has one member */
-    assert_int_equal(ji.members, 1);
+    /* b is a member of both jobs */
+    assert_int_equal(ji.members, 2);
+    ivshm_proc_info_t pi;
+    ivshm_identity_t idb;
+    ivshm_self_identity(b, &idb);
+    assert_int_equal(ivshm_region_proc(a, idb.slot, &pi), IVSHM_OK);
+    assert_int_equal(pi.job, 2);
+    /* at most IVSHM_JOBS_PER_PROC (4) memberships */
+    ivshm_job_t *extra[3];
+    assert_int_equal(ivshm_job_join(b, "job-3", 100, &extra[0]), IVSHM_OK);
+    assert_int_equal(ivshm_job_join(b, "job-4", 100, &extra[1]), IVSHM_OK);
+    assert_int_equal(ivshm_job_join(b, "job-5", 100, &extra[2]),
+                     IVSHM_ERR_NOSPACE);
+    ivshm_job_leave(extra[0]);
+    ivshm_job_leave(extra[1]);
     ivshm_job_leave(jc);
     ivshm_job_leave(jb);
     ivshm_job_leave(ja);

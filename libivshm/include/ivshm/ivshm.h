@@ -197,7 +197,7 @@ typedef struct ivshm_proc_info {
     int state; /* 0 free, 1 claiming, 2 alive, 3 reclaiming */
     uint64_t vm_id;
     int64_t heartbeat_age_ms;
-    uint32_t job; /* job slot + 1, or 0 */
+    uint32_t job; /* number of jobs it is a member of */
     uint32_t chunks;
     char host[33];
     char comm[17];

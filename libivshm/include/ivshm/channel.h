@@ -1,0 +1,178 @@
+/*
+ * libivshm channels: message passing between processes (in different VMs)
+ * that map the same region.
+ *
+ * A domain is a job area holding a directory of endpoints. Each endpoint
+ * owns a receive FIFO (multi-producer, slot claimed by CAS, published per
+ * cell), grants per-pair fast boxes to hot senders, and owns a pool of
+ * fragments for its own large sends. Ordering per sender-receiver pair is
+ * guaranteed. An endpoint is used by one thread at a time.
+ */
+#ifndef IVSHM_CHANNEL_H
+#define IVSHM_CHANNEL_H
+
+#include <ivshm/ivshm.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ivshm_domain ivshm_domain_t;
+typedef struct ivshm_ep ivshm_ep_t;
+
+typedef struct ivshm_ep_config {
+    uint32_t fifo_cells;     /* receive FIFO cells, power of two */
+    uint32_t cell_size;      /* bytes per cell (multiple of 64) */
+    uint32_t fbox_cells;     /* cells per fast box, power of two (0: none) */
+    uint32_t fbox_threshold; /* sends to a peer before asking a fast box */
+    uint32_t fbox_budget;    /* fast boxes this receiver grants at most */
+    uint32_t frag_count;     /* fragments in this endpoint's send pool */
+    uint32_t frag_size;      /* bytes per fragment */
+    uint32_t max_per_poll;   /* messages handled per progress call, max */
+} ivshm_ep_config_t;
+
+/* Defaults, then overrides from the environment: IVSHM_FIFO_CELLS,
+ * IVSHM_CELL_SIZE, IVSHM_FBOX_CELLS, IVSHM_FBOX_THRESHOLD,
+ * IVSHM_FBOX_BUDGET, IVSHM_FRAG_COUNT, IVSHM_FRAG_SIZE. */
+void ivshm_ep_config_init(ivshm_ep_config_t *c);
+/* Validates a configuration; names the bad field in ivshm_last_error(). */
+ivshm_status_t ivshm_ep_config_check(const ivshm_ep_config_t *c);
+
+/* Joins (creating) the domain of a job: key names the job, max_eps bounds
+ * the endpoints. The region must be attached. */
+ivshm_status_t ivshm_domain_join(ivshm_region_t *r, const char *key,
+                                 uint32_t max_eps, ivshm_domain_t **out);
+void ivshm_domain_leave(ivshm_domain_t *d);
+
+/* A received message piece. Messages longer than one cell or fragment come
+ * as several pieces in order (offset grows to total). data is valid during
+ * the handler call only. */
+typedef struct ivshm_msg {
+    uint32_t sender; /* peer index (as given by ivshm_ep_connect) */
+    uint32_t tag;
+    const void *data;
+    uint32_t len;
+    uint64_t offset; /* of this piece in the message */
+    uint64_t total;  /* message length */
+} ivshm_msg_t;
+
+typedef void (*ivshm_msg_handler_t)(void *arg, const ivshm_msg_t *m);
+
+enum ivshm_event_kind {
+    IVSHM_EV_PEER_DEAD = 1, /* a peer's lease is gone; its resources freed */
+};
+typedef void (*ivshm_event_handler_t)(void *arg, int kind, uint32_t peer);
+
+/* Creates an endpoint at directory index `index` (or any free one with
+ * index < 0). Allocates its control block, FIFO and fragment pool from the
+ * region, owned by this process' lease. */
+ivshm_status_t ivshm_ep_create(ivshm_domain_t *d, int index,
+                               const ivshm_ep_config_t *cfg,
+                               ivshm_msg_handler_t handler, void *arg,
+                               ivshm_ep_t **out);
+void ivshm_ep_destroy(ivshm_ep_t *ep);
+uint32_t ivshm_ep_index(const ivshm_ep_t *ep);
+void ivshm_ep_set_event_handler(ivshm_ep_t *ep, ivshm_event_handler_t h,
+                                void *arg);
+
+#define IVSHM_EP_ADDR_SIZE 48
+/* The endpoint's address: an opaque blob for a modex. */
+ivshm_status_t ivshm_ep_address(const ivshm_ep_t *ep,
+                                uint8_t addr[IVSHM_EP_ADDR_SIZE]);
+/* The address of the endpoint at directory index `index` of domain d, read
+ * from the directory (for callers without a modex); IVSHM_ERR_NOT_FOUND if
+ * no live endpoint is there. */
+ivshm_status_t ivshm_domain_address(ivshm_domain_t *d, uint32_t index,
+                                    uint8_t addr[IVSHM_EP_ADDR_SIZE]);
+/* Connects to a peer from its address; the peer index it returns is what
+ * the receive handler reports as sender (it is the peer's directory index).
+ * IVSHM_ERR_NOT_FOUND if the address names another region or a gone
+ * endpoint, IVSHM_ERR_CORRUPT if its published layout fails validation. */
+ivshm_status_t ivshm_ep_connect(ivshm_ep_t *ep, const uint8_t *addr,
+                                size_t len, uint32_t *peer);
+
+/* Sends len bytes; returns once every piece is handed over (the buffer is
+ * reusable). Progresses the endpoint while it waits for room, so two
+ * endpoints that send to each other cannot deadlock. */
+ivshm_status_t ivshm_ep_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
+                             const void *buf, size_t len);
+/* One attempt for a message of at most one cell or one fragment:
+ * IVSHM_ERR_AGAIN when there is no room right now. */
+ivshm_status_t ivshm_ep_try_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
+                                 const void *buf, size_t len);
+/* Largest message try_send/reserve take. */
+size_t ivshm_ep_max_single(const ivshm_ep_t *ep);
+
+/* Zero-copy: reserve room for len bytes (<= ivshm_ep_max_single) towards
+ * peer and build the message in *buf, then commit it (or cancel). Never
+ * blocks: IVSHM_ERR_AGAIN when there is no room now. Between reserve and
+ * commit the peer's queue holds our unpublished cell: keep it short. */
+typedef struct ivshm_rsv {
+    void *cell;
+    uint64_t pos;
+    uint32_t peer;
+    int32_t frag; /* -1: payload inline in the cell */
+    uint32_t len;
+} ivshm_rsv_t;
+ivshm_status_t ivshm_ep_reserve(ivshm_ep_t *ep, uint32_t peer, size_t len,
+                                void **buf, ivshm_rsv_t *rsv);
+/* Publishes len bytes (<= the reserved length) with tag. */
+ivshm_status_t ivshm_ep_commit(ivshm_ep_t *ep, const ivshm_rsv_t *rsv,
+                               uint32_t tag, size_t len);
+/* Gives the reservation back (the receiver skips it). */
+void ivshm_ep_cancel(ivshm_ep_t *ep, const ivshm_rsv_t *rsv);
+
+/* Single copy: a buffer that already lives in the region (allocated with
+ * ivshm_alloc) is handed over by offset; the receiver copies from it.
+ * *ticket completes when ivshm_ep_region_done() says so; the buffer must
+ * not change before. */
+ivshm_status_t ivshm_ep_send_region(ivshm_ep_t *ep, uint32_t peer,
+                                    uint32_t tag, uint64_t off, size_t len,
+                                    uint64_t *ticket);
+int ivshm_ep_region_done(ivshm_ep_t *ep, uint32_t peer, uint64_t ticket);
+
+/* Handles up to cfg.max_per_poll received pieces; returns how many. */
+int ivshm_ep_progress(ivshm_ep_t *ep);
+/* Blocks until something arrives or timeout_ms passes (-1: forever):
+ * arms the wake-up bit, re-checks, then waits on the notifier. Returns
+ * IVSHM_OK or IVSHM_ERR_AGAIN on timeout. */
+ivshm_status_t ivshm_ep_wait(ivshm_ep_t *ep, int timeout_ms);
+
+/* Wake-up seam: the polling notifier works everywhere; the guest driver's
+ * doorbell plugs in here. */
+typedef struct ivshm_notifier {
+    /* Wakes the owner of the endpoint at directory index peer. */
+    void (*ring)(void *ctx, uint32_t peer_index);
+    /* Waits until *word != seen or timeout (ns; UINT64_MAX forever). */
+    ivshm_status_t (*wait)(void *ctx, const volatile uint64_t *word,
+                           uint64_t seen, uint64_t timeout_ns);
+    void *ctx;
+} ivshm_notifier_t;
+void ivshm_ep_set_notifier(ivshm_ep_t *ep, const ivshm_notifier_t *n);
+
+typedef struct ivshm_ep_stats {
+    uint64_t msgs_in, bytes_in;    /* pieces received */
+    uint64_t msgs_out, bytes_out;  /* pieces sent */
+    uint64_t stalls_full;          /* sends that found no room */
+    uint64_t invalid_dropped;      /* bad entries dropped */
+    uint64_t dead_peers;           /* peers found dead */
+    uint64_t fbox_granted, fbox_used;
+    uint64_t wakeups;              /* doorbells rung */
+} ivshm_ep_stats_t;
+void ivshm_ep_stats(const ivshm_ep_t *ep, ivshm_ep_stats_t *s);
+
+/* Walks the endpoints of every domain in the region (for `ivshm stat`). */
+typedef void (*ivshm_ep_visit_fn)(void *arg, const char *job, uint32_t index,
+                                  uint32_t pid, const ivshm_ep_stats_t *s);
+ivshm_status_t ivshm_region_endpoints(ivshm_region_t *r, ivshm_ep_visit_fn fn,
+                                      void *arg);
+
+/* Checks a domain's shared layout (directory entries, control blocks):
+ * IVSHM_OK or the first problem, reported through report(). */
+ivshm_status_t ivshm_domain_valid(ivshm_domain_t *d, ivshm_report_fn report,
+                                  void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,131 @@
+/*
+ * Shared layout of the channel layer (domains, endpoint control blocks,
+ * cells, fast boxes) and the ring arithmetic it relies on.
+ *
+ * Domain = a job area holding a directory of 64-byte entries, one per
+ * endpoint index. An entry names its owner's lease and the offset of the
+ * endpoint's control block, which the owner allocated from its lease:
+ *
+ *   control block: [geometry][head][tail][notify][rx stats][tx stats]
+ *                  [fbox grants: u64 x max_eps]   (written by this receiver)
+ *                  [region done: u64 x max_eps]   (written by receivers)
+ *                  [frag done:   u64 x frag_count](written by receivers)
+ *                  [FIFO cells]
+ *                  [fragment pool: frag_count x frag_size]
+ */
+#ifndef IVSHM_CHAN_LAYOUT_H
+#define IVSHM_CHAN_LAYOUT_H
+
+#include "internal.h"
+
+#define CTL_MAGIC 0x314c5443484d5649ull /* "IVMHCTL1" */
+#define DIR_ENTRY_SIZE 64u
+#define MAX_EPS_LIMIT 65535u
+
+enum dir_state { DIR_FREE = 0, DIR_CLAIMING = 1, DIR_READY = 2 };
+#define DIR_WORD(gen, slot, st)                                              \
+    (((uint64_t)(gen) << 32) | (((uint64_t)(slot)&0xffffffu) << 8) | (st))
+#define DIR_GEN(w) ((uint32_t)((w) >> 32))
+#define DIR_SLOT(w) ((uint32_t)(((w) >> 8) & 0xffffffu))
+#define DIR_STATE(w) ((unsigned)((w)&0xffu))
+
+struct dir_entry {
+    _Atomic uint64_t word;    /* owner lease (gen, slot) + state */
+    _Atomic uint64_t ctl_off; /* region offset of the control block */
+    uint64_t ctl_size;
+    uint32_t pid;
+    uint32_t epoch; /* bumped on every claim of this index */
+    uint8_t pad[32];
+};
+_Static_assert(sizeof(struct dir_entry) == DIR_ENTRY_SIZE, "dir entry");
+
+struct ctl_geom {
+    uint64_t magic;
+    uint32_t index;
+    uint32_t max_eps;
+    uint32_t fifo_cells;
+    uint32_t cell_size;
+    uint32_t frag_count;
+    uint32_t frag_size;
+    uint64_t grants_off; /* all offsets relative to the control block */
+    uint64_t rdone_off;
+    uint64_t fdone_off;
+    uint64_t cells_off;
+    uint64_t pool_off;
+    uint64_t total; /* bytes of the control block */
+};
+
+struct ep_ctl {
+    struct ctl_geom g;
+    _Atomic uint64_t head IVSHM_ALIGNED;   /* producers: claim by CAS */
+    _Atomic uint64_t tail IVSHM_ALIGNED;   /* consumer: released up to */
+    _Atomic uint64_t notify IVSHM_ALIGNED; /* bit 0 armed, rest counter */
+    /* rx stats, written by the owner only */
+    _Atomic uint64_t msgs_in IVSHM_ALIGNED;
+    _Atomic uint64_t bytes_in;
+    _Atomic uint64_t invalid;
+    _Atomic uint64_t dead_peers;
+    _Atomic uint64_t fbox_granted;
+    /* tx stats, written by the owner only */
+    _Atomic uint64_t msgs_out IVSHM_ALIGNED;
+    _Atomic uint64_t bytes_out;
+    _Atomic uint64_t stalls;
+    _Atomic uint64_t fbox_used;
+    _Atomic uint64_t wakeups;
+};
+_Static_assert(sizeof(struct ctl_geom) == 80, "geometry: two lines");
+_Static_assert(offsetof(struct ep_ctl, head) == 128, "head on its own line");
+_Static_assert(offsetof(struct ep_ctl, tail) == 192, "tail on its own line");
+_Static_assert(offsetof(struct ep_ctl, notify) == 256, "notify line");
+_Static_assert(offsetof(struct ep_ctl, msgs_in) == 320, "rx stats line");
+_Static_assert(offsetof(struct ep_ctl, msgs_out) == 384, "tx stats line");
+_Static_assert(sizeof(struct ep_ctl) == 448, "control header size");
+
+enum cell_type {
+    CELL_INLINE = 1,   /* payload follows the header */
+    CELL_FRAG = 2,     /* payload in the sender's fragment `frag` */
+    CELL_REGION = 3,   /* payload at region offset `aux` (single copy) */
+    CELL_FBOX_REQ = 4, /* sender asks for a fast box */
+    CELL_NOP = 5,      /* a cancelled reservation: skipped in order */
+};
+
+struct cell {
+    _Atomic uint64_t seq;   /* position + 1 once published (written last) */
+    _Atomic uint32_t claim; /* FIFO: sender index + 1, right after claim */
+    uint32_t len;           /* bytes of this piece */
+    uint32_t tag;
+    uint32_t pseq;   /* per-pair sequence of pieces */
+    uint16_t type;
+    uint16_t sender; /* sender's directory index */
+    uint32_t frag;
+    uint64_t offset; /* of this piece in the message */
+    uint64_t total;  /* message length */
+    uint64_t aux;    /* CELL_REGION: region offset of the data */
+};
+#define CELL_HDR 56u
+_Static_assert(offsetof(struct cell, aux) + 8 == CELL_HDR, "cell header");
+
+/* Fast box: a single-producer ring the receiver grants to one sender. */
+struct fbox_hdr {
+    _Atomic uint64_t tail IVSHM_ALIGNED; /* consumer: released up to */
+    uint8_t pad[56];
+};
+_Static_assert(sizeof(struct fbox_hdr) == 64, "fbox header");
+
+/* Free-running 64-bit positions; full/empty by unsigned difference, which
+ * is exact across wrap-around (see tests/unit/test_ring.c). */
+static inline bool ring_full(uint64_t head, uint64_t tail, uint32_t cells)
+{
+    return head - tail >= cells;
+}
+static inline uint64_t ring_used(uint64_t head, uint64_t tail)
+{
+    return head - tail;
+}
+/* Per-pair sequences are 32-bit and compared by signed difference. */
+static inline int32_t seq_diff(uint32_t a, uint32_t b)
+{
+    return (int32_t)(a - b);
+}
+
+#endif

@@ -1,0 +1,431 @@
+/*
+ * Channel tests across real processes sharing one /dev/shm region:
+ * many-to-one and all-to-all traffic with checksums and order checks,
+ * a sender stopped (SIGSTOP) between claim and publish, a sender killed
+ * (SIGKILL), and a process writing random bytes into a receiver's FIFO.
+ * IVSHM_STRESS_MSGS sets the messages per sender (long mode: 2500000).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "../testutil.h"
+#include "chan_traffic.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+
+extern void (*ivshm__test_after_claim)(void);
+
+static char path[256];
+static uint32_t nmsgs;
+
+static int setup(void **state)
+{
+    (void)state;
+    tu_region_path(path, sizeof(path), "chan");
+    const char *e = getenv("IVSHM_STRESS_MSGS");
+    nmsgs = e ? (uint32_t)strtoul(e, NULL, 0) : 3000;
+    return tu_format(path, 256 << 20, 64, 0) == IVSHM_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(path);
+    return 0;
+}
+
+struct proc {
+    ivshm_region_t *r;
+    ivshm_domain_t *d;
+    ivshm_ep_t *ep;
+    struct tr_rx rx;
+    int dead_events;
+    uint32_t dead_peer;
+};
+
+static void on_msg(void *arg, const ivshm_msg_t *m)
+{
+    struct proc *p = arg;
+    tr_rx_piece(&p->rx, m->sender, m);
+}
+
+static void on_event(void *arg, int kind, uint32_t peer)
+{
+    struct proc *p = arg;
+    if (kind == IVSHM_EV_PEER_DEAD) {
+        p->dead_events++;
+        p->dead_peer = peer;
+    }
+}
+
+/* Each process opens its own mapping, as a VM would. */
+static int proc_open(struct proc *p, int index, const ivshm_ep_config_t *cfg)
+{
+    memset(p, 0, sizeof(*p));
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    tr_rx_init(&p->rx);
+    if (ivshm_region_open(tu_uri(path), 0, &p->r) != IVSHM_OK ||
+        ivshm_attach(p->r) != IVSHM_OK)
+        return 1;
+    if (ivshm_domain_join(p->r, "stress", 64, &p->d) != IVSHM_OK)
+        return 2;
+    if (ivshm_ep_create(p->d, index, cfg, on_msg, p, &p->ep) != IVSHM_OK)
+        return 3;
+    ivshm_ep_set_event_handler(p->ep, on_event, p);
+    return 0;
+}
+
+/* Connects to endpoint `index` once it exists (peers start in any order);
+ * the directory stands in for a modex here. */
+static int connect_to(struct proc *p, uint32_t index, uint32_t *peer)
+{
+    for (int tries = 0; tries < 20000; tries++) {
+        uint8_t addr[IVSHM_EP_ADDR_SIZE];
+        if (ivshm_domain_address(p->d, index, addr) == IVSHM_OK &&
+            ivshm_ep_connect(p->ep, addr, sizeof(addr), peer) == IVSHM_OK)
+            return 0;
+        usleep(500);
+    }
+    return 1;
+}
+
+static int send_all(struct proc *p, uint32_t me, uint32_t peer, uint32_t count)
+{
+    unsigned char *buf = malloc(TR_MAX_SIZE);
+    for (uint32_t seq = 0; seq < count; seq++) {
+        size_t n = tr_size(me, seq);
+        tr_fill(me, seq, buf, n);
+        ivshm_status_t st = ivshm_ep_send(p->ep, peer, seq, buf, n);
+        if (st != IVSHM_OK)
+            return 10 + (int)st;
+    }
+    free(buf);
+    return 0;
+}
+
+static int receive_until(struct proc *p, uint64_t total, int seconds)
+{
+    time_t end = time(NULL) + seconds;
+    while (p->rx.complete < total && time(NULL) < end)
+        if (ivshm_ep_progress(p->ep) == 0)
+            ivshm_ep_wait(p->ep, 10);
+    if (p->rx.errors) {
+        fprintf(stderr, "receiver: %u errors, first: %s\n", p->rx.errors,
+                p->rx.first_error);
+        return 40;
+    }
+    return p->rx.complete == total ? 0 : 41;
+}
+
+/* Keeps serving (so peers can finish) until the parent says stop. */
+static void linger(struct proc *p, int fd)
+{
+    struct pollfd pf = {fd, POLLIN, 0};
+    while (poll(&pf, 1, 0) == 0)
+        if (ivshm_ep_progress(p->ep) == 0)
+            ivshm_ep_wait(p->ep, 5);
+}
+
+static void wait_codes(pid_t *pids, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int ws;
+        assert_int_equal(waitpid(pids[i], &ws, 0), pids[i]);
+        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+            fail_msg("process %d ended with status 0x%x", i, ws);
+    }
+}
+
+static void test_many_to_one(void **state)
+{
+    (void)state;
+    enum { NS = 4 };
+    pid_t pids[NS + 1];
+    pids[0] = fork();
+    if (pids[0] == 0) {
+        struct proc p;
+        int rc = proc_open(&p, 0, NULL);
+        _exit(rc ? rc : receive_until(&p, (uint64_t)NS * nmsgs, 600));
+    }
+    for (int s = 1; s <= NS; s++) {
+        pids[s] = fork();
+        if (pids[s] == 0) {
+            struct proc p;
+            uint32_t peer;
+            int rc = proc_open(&p, s, NULL);
+            if (!rc)
+                rc = connect_to(&p, 0, &peer);
+            _exit(rc ? rc : send_all(&p, (uint32_t)s, peer, nmsgs));
+        }
+    }
+    wait_codes(pids, NS + 1);
+}
+
+static void test_all_to_all(void **state)
+{
+    (void)state;
+    enum { N = 4 };
+    int stop[2];
+    assert_int_equal(pipe(stop), 0);
+    int done[2];
+    assert_int_equal(pipe(done), 0);
+    pid_t pids[N];
+    uint32_t per = nmsgs / 2 + 1;
+    for (int i = 0; i < N; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            close(stop[1]);
+            struct proc p;
+            int rc = proc_open(&p, i, NULL);
+            uint32_t peers[N];
+            for (int k = 0; k < N && !rc; k++)
+                if (k != i)
+                    rc = connect_to(&p, (uint32_t)k, &peers[k]);
+            /* interleave: one message to each peer in turn */
+            unsigned char *buf = malloc(TR_MAX_SIZE);
+            for (uint32_t seq = 0; seq < per && !rc; seq++)
+                for (int k = 0; k < N && !rc; k++) {
+                    if (k == i)
+                        continue;
+                    size_t n = tr_size((uint32_t)i, seq);
+                    tr_fill((uint32_t)i, seq, buf, n);
+                    rc = ivshm_ep_send(p.ep, peers[k], seq, buf, n);
+                    ivshm_ep_progress(p.ep);
+                }
+            if (!rc)
+                rc = receive_until(&p, (uint64_t)(N - 1) * per, 600);
+            if (write(done[1], "x", 1) != 1)
+                rc = 99;
+            if (!rc)
+                linger(&p, stop[0]);
+            _exit(rc);
+        }
+    }
+    char c;
+    for (int i = 0; i < N; i++)
+        assert_int_equal(read(done[0], &c, 1), 1);
+    close(stop[1]);
+    wait_codes(pids, N);
+    close(stop[0]);
+    close(done[0]);
+    close(done[1]);
+}
+
+static int claims_seen;
+static void stop_on_100th_claim(void)
+{
+    if (++claims_seen == 100)
+        raise(SIGSTOP); /* between claim and publish of a FIFO cell */
+}
+
+static void test_sigstop_sender(void **state)
+{
+    (void)state;
+    enum { NS = 4 };
+    int others_done[2];
+    assert_int_equal(pipe(others_done), 0);
+    pid_t pids[NS + 1];
+    pids[0] = fork();
+    if (pids[0] == 0) {
+        struct proc p;
+        int rc = proc_open(&p, 0, NULL);
+        /* senders 2..NS complete while sender 1 is stopped */
+        time_t end = time(NULL) + 120;
+        while (!rc && time(NULL) < end) {
+            uint64_t others = 0;
+            for (int s = 2; s <= NS; s++)
+                others += p.rx.next_seq[s];
+            if (others == (uint64_t)(NS - 1) * nmsgs)
+                break;
+            if (ivshm_ep_progress(p.ep) == 0)
+                ivshm_ep_wait(p.ep, 5);
+        }
+        if (!rc && write(others_done[1], "x", 1) != 1)
+            rc = 98;
+        _exit(rc ? rc : receive_until(&p, (uint64_t)NS * nmsgs, 120));
+    }
+    for (int s = 1; s <= NS; s++) {
+        pids[s] = fork();
+        if (pids[s] == 0) {
+            struct proc p;
+            ivshm_ep_config_t cfg;
+            ivshm_ep_config_init(&cfg);
+            if (s == 1) {
+                cfg.fbox_threshold = 1u << 30; /* stay on the FIFO */
+                ivshm__test_after_claim = stop_on_100th_claim;
+            }
+            uint32_t peer;
+            int rc = proc_open(&p, s, &cfg);
+            if (!rc)
+                rc = connect_to(&p, 0, &peer);
+            _exit(rc ? rc : send_all(&p, (uint32_t)s, peer, nmsgs));
+        }
+    }
+    int ws;
+    assert_int_equal(waitpid(pids[1], &ws, WUNTRACED), pids[1]);
+    assert_true(WIFSTOPPED(ws));
+    /* the others keep flowing while sender 1 holds an unpublished cell */
+    struct pollfd pf = {others_done[0], POLLIN, 0};
+    assert_int_equal(poll(&pf, 1, 120000), 1);
+    assert_int_equal(waitpid(pids[1], &ws, WNOHANG), 0); /* still stopped */
+    kill(pids[1], SIGCONT);
+    wait_codes(pids, NS + 1);
+    close(others_done[0]);
+    close(others_done[1]);
+}
+
+static void test_sigkill_sender(void **state)
+{
+    (void)state;
+    enum { NS = 3 };
+    pid_t pids[NS + 1];
+    pids[0] = fork();
+    if (pids[0] == 0) {
+        struct proc p;
+        int rc = proc_open(&p, 0, NULL);
+        time_t end = time(NULL) + 120;
+        while (!rc && time(NULL) < end) {
+            uint64_t others = 0;
+            for (int s = 2; s <= NS; s++)
+                others += p.rx.next_seq[s];
+            if (others == (uint64_t)(NS - 1) * nmsgs && p.dead_events)
+                break;
+            if (ivshm_ep_progress(p.ep) == 0)
+                ivshm_ep_wait(p.ep, 5);
+        }
+        if (p.rx.errors) {
+            fprintf(stderr, "receiver: %s\n", p.rx.first_error);
+            _exit(40);
+        }
+        ivshm_ep_stats_t st;
+        ivshm_ep_stats(p.ep, &st);
+        if (p.dead_events != 1 || p.dead_peer != 1 || st.dead_peers != 1)
+            _exit(42);
+        for (int s = 2; s <= NS; s++)
+            if (p.rx.next_seq[s] != nmsgs)
+                _exit(43);
+        _exit(rc);
+    }
+    for (int s = 1; s <= NS; s++) {
+        pids[s] = fork();
+        if (pids[s] == 0) {
+            struct proc p;
+            uint32_t peer;
+            int rc = proc_open(&p, s, NULL);
+            if (!rc)
+                rc = connect_to(&p, 0, &peer);
+            /* sender 1 never ends by itself */
+            _exit(rc ? rc : send_all(&p, (uint32_t)s, peer,
+                                     s == 1 ? UINT32_MAX : nmsgs));
+        }
+    }
+    usleep(100 * 1000);
+    kill(pids[1], SIGKILL);
+    int ws;
+    waitpid(pids[1], &ws, 0);
+    assert_true(WIFSIGNALED(ws));
+    pid_t rest[NS] = {pids[0], pids[2], pids[3]};
+    wait_codes(rest, NS);
+}
+
+/* A hostile process scribbles over the receiver's FIFO (head, tail, cells)
+ * while a legitimate sender sends: the receiver must neither crash nor
+ * hang, and must count what it dropped. */
+static void test_fifo_fuzz(void **state)
+{
+    (void)state;
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t rx = fork();
+    if (rx == 0) {
+        struct proc p;
+        ivshm_ep_config_t cfg;
+        ivshm_ep_config_init(&cfg);
+        cfg.fbox_cells = 0;
+        int rc = proc_open(&p, 0, &cfg);
+        uint8_t addr[IVSHM_EP_ADDR_SIZE];
+        ivshm_ep_address(p.ep, addr);
+        if (rc || write(ready[1], addr, sizeof(addr)) != sizeof(addr))
+            _exit(1);
+        time_t end = time(NULL) + 3;
+        while (time(NULL) < end)
+            ivshm_ep_progress(p.ep);
+        ivshm_ep_stats_t st;
+        ivshm_ep_stats(p.ep, &st);
+        fprintf(stderr, "fuzz: receiver dropped %llu invalid entries, took "
+                        "%llu pieces\n",
+                (unsigned long long)st.invalid_dropped,
+                (unsigned long long)st.msgs_in);
+        _exit(st.invalid_dropped > 0 ? 0 : 50);
+    }
+    uint8_t addr[IVSHM_EP_ADDR_SIZE];
+    assert_int_equal(read(ready[0], addr, sizeof(addr)), sizeof(addr));
+    uint64_t ctl_off;
+    memcpy(&ctl_off, addr + 40, 8);
+    pid_t tx = fork();
+    if (tx == 0) {
+        struct proc p;
+        uint32_t peer;
+        ivshm_ep_config_t cfg;
+        ivshm_ep_config_init(&cfg);
+        cfg.fbox_cells = 0;
+        int rc = proc_open(&p, 1, &cfg);
+        if (!rc)
+            rc = connect_to(&p, 0, &peer);
+        unsigned char buf[64] = {0};
+        time_t end = time(NULL) + 3;
+        for (uint32_t seq = 0; !rc && time(NULL) < end; seq++) {
+            ivshm_status_t st = ivshm_ep_try_send(p.ep, peer, seq, buf, 8);
+            if (st != IVSHM_OK && st != IVSHM_ERR_AGAIN)
+                break;
+            usleep(10);
+        }
+        _exit(0);
+    }
+    pid_t evil = fork();
+    if (evil == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        size_t len;
+        unsigned char *m = tu_map_raw(path, &len);
+        /* head/tail/notify lines, then the cells of a 256 x 128 FIFO */
+        unsigned char *ctl = m + ctl_off;
+        uint64_t span = 448 + 2 * 64 * 8 + 16 * 8 + 256 * 128 + 4096;
+        srand(7);
+        time_t end = time(NULL) + 3;
+        while (time(NULL) < end) {
+            for (int k = 0; k < 64; k++) {
+                uint64_t at = 128 + (uint64_t)rand() % (span - 136);
+                uint64_t v = ((uint64_t)rand() << 32) ^ (uint64_t)rand();
+                if (rand() % 4 == 0)
+                    v &= 0xffff; /* small values look like valid fields */
+                memcpy(ctl + at, &v, 8);
+            }
+            usleep(50);
+        }
+        _exit(0);
+    }
+    pid_t all[3] = {rx, tx, evil};
+    wait_codes(all, 3);
+    close(ready[0]);
+    close(ready[1]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_many_to_one, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_all_to_all, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sigstop_sender, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sigkill_sender, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fifo_fuzz, setup, teardown),
+    };
+    return cmocka_run_group_tests_name("channel-stress", tests, NULL, NULL);
+}

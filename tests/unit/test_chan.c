@@ -1,0 +1,390 @@
+/*
+ * Channel unit tests in one process: ring arithmetic around 2^31, 2^32
+ * and 2^63, the domain layout checker, the armed-bit wake-up protocol under
+ * send/arm races, and threaded many-to-one traffic (the TSan variant: one
+ * mapping shared by threads, so the sanitizer sees every access).
+ * IVSHM_WAKE_ROUNDS sets the wake-up races (long mode: 10000000).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "chan_layout.h"
+#include "../testutil.h"
+#include "../mp/chan_traffic.h"
+
+#include <pthread.h>
+
+static char path[256];
+static ivshm_region_t *reg;
+static ivshm_domain_t *dom;
+
+static int setup(void **state)
+{
+    (void)state;
+    tu_region_path(path, sizeof(path), "chanunit");
+    if (tu_format(path, 64 << 20, 0, 0) != IVSHM_OK ||
+        ivshm_region_open(tu_uri(path), 0, &reg) != IVSHM_OK ||
+        ivshm_attach(reg) != IVSHM_OK ||
+        ivshm_domain_join(reg, "unit", 16, &dom) != IVSHM_OK)
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    ivshm_domain_leave(dom);
+    ivshm_region_close(reg);
+    unlink(path);
+    return 0;
+}
+
+static void test_ring_arithmetic(void **state)
+{
+    (void)state;
+    static const struct {
+        uint64_t head, tail;
+        uint32_t cells;
+        bool full;
+        uint64_t used;
+    } t[] = {
+        {0, 0, 8, false, 0},
+        {8, 0, 8, true, 8},
+        {7, 0, 8, false, 7},
+        {(1ull << 31) + 3, (1ull << 31) - 4, 8, false, 7},
+        {(1ull << 31) + 4, (1ull << 31) - 4, 8, true, 8},
+        {(1ull << 32) + 2, (1ull << 32) - 6, 8, true, 8},
+        {(1ull << 32) + 1, (1ull << 32) - 6, 8, false, 7},
+        {(1ull << 63) + 1, (1ull << 63) - 1, 256, false, 2},
+        {2, UINT64_MAX - 1, 4, true, 4},  /* head wrapped past 2^64 */
+        {1, UINT64_MAX - 1, 4, false, 3},
+        {5, 9, 8, true, UINT64_MAX - 3},  /* tail ahead: treated as full */
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        if (ring_full(t[i].head, t[i].tail, t[i].cells) != t[i].full)
+            fail_msg("row %zu: ring_full", i);
+        assert_int_equal(ring_used(t[i].head, t[i].tail), t[i].used);
+    }
+    /* 32-bit sequences by signed difference */
+    assert_true(seq_diff(0x80000000u, 0x7fffffffu) == 1);
+    assert_true(seq_diff(0, 0xffffffffu) == 1);
+    assert_true(seq_diff(0xffffffffu, 0) == -1);
+    assert_true(seq_diff(5, 5) == 0);
+    assert_true(seq_diff(0x7fffffffu, 0x80000000u) == -1);
+}
+
+static void nop_handler(void *arg, const ivshm_msg_t *m)
+{
+    (void)m;
+    (*(int *)arg)++;
+}
+
+static void visit_eps(void *arg, const char *job, uint32_t index, uint32_t pid,
+                      const ivshm_ep_stats_t *s)
+{
+    assert_string_equal(job, "unit");
+    assert_int_equal(pid, getpid());
+    if (index == 0)
+        assert_int_equal(s->bytes_in, 5);
+    else
+        assert_int_equal(s->bytes_out, 5);
+    (*(int *)arg)++;
+}
+
+static void test_domain_valid(void **state)
+{
+    (void)state;
+    int got = 0;
+    ivshm_ep_t *a, *b;
+    assert_int_equal(ivshm_ep_create(dom, 0, NULL, nop_handler, &got, &a),
+                     IVSHM_OK);
+    assert_int_equal(ivshm_ep_create(dom, -1, NULL, nop_handler, &got, &b),
+                     IVSHM_OK);
+    assert_int_equal(ivshm_ep_index(b), 1);
+    /* an index held by a live process is refused */
+    ivshm_ep_t *c;
+    assert_int_equal(ivshm_ep_create(dom, 0, NULL, nop_handler, &got, &c),
+                     IVSHM_ERR_BUSY);
+    assert_int_equal(ivshm_domain_valid(dom, NULL, NULL), IVSHM_OK);
+    uint8_t addr[IVSHM_EP_ADDR_SIZE];
+    uint32_t peer;
+    ivshm_ep_address(a, addr);
+    assert_int_equal(ivshm_ep_connect(b, addr, sizeof(addr), &peer), IVSHM_OK);
+    assert_int_equal(peer, 0);
+    /* a forged address: another region, a wrong index */
+    uint8_t bad[IVSHM_EP_ADDR_SIZE];
+    memcpy(bad, addr, sizeof(bad));
+    bad[0] ^= 1;
+    assert_int_equal(ivshm_ep_connect(b, bad, sizeof(bad), &peer),
+                     IVSHM_ERR_NOT_FOUND);
+    memcpy(bad, addr, sizeof(bad));
+    bad[24] = 9;
+    assert_int_equal(ivshm_ep_connect(b, bad, sizeof(bad), &peer),
+                     IVSHM_ERR_NOT_FOUND);
+    /* the checker finds a head/tail more than a lap apart */
+    uint64_t ctl_off;
+    memcpy(&ctl_off, addr + 40, 8); /* the address carries it */
+    struct ep_ctl *ctl =
+        (struct ep_ctl *)((char *)ivshm_region_base(reg) + ctl_off);
+    atomic_store(&ctl->head, 100000);
+    assert_int_equal(ivshm_domain_valid(dom, NULL, NULL), IVSHM_ERR_CORRUPT);
+    atomic_store(&ctl->head, 0);
+    /* a geometry that lies makes connect refuse the endpoint */
+    ctl->g.fifo_cells = 3;
+    assert_int_equal(ivshm_domain_valid(dom, NULL, NULL), IVSHM_ERR_CORRUPT);
+    assert_int_equal(ivshm_ep_connect(b, addr, sizeof(addr), &peer),
+                     IVSHM_ERR_CORRUPT);
+    ctl->g.fifo_cells = 256;
+    assert_int_equal(ivshm_domain_valid(dom, NULL, NULL), IVSHM_OK);
+    /* messages, counters */
+    assert_int_equal(ivshm_ep_connect(b, addr, sizeof(addr), &peer), IVSHM_OK);
+    assert_int_equal(ivshm_ep_try_send(b, peer, 1, "hello", 5), IVSHM_OK);
+    assert_int_equal(ivshm_ep_progress(a), 1);
+    assert_int_equal(got, 1);
+    ivshm_ep_stats_t s;
+    ivshm_ep_stats(a, &s);
+    assert_int_equal(s.msgs_in, 1);
+    assert_int_equal(s.bytes_in, 5);
+    /* the same counters, as `ivshm stat` reads them from the region */
+    int seen = 0;
+    assert_int_equal(ivshm_region_endpoints(reg, visit_eps, &seen), IVSHM_OK);
+    assert_int_equal(seen, 2);
+    ivshm_ep_destroy(a);
+    ivshm_ep_destroy(b);
+}
+
+/* Zero-copy reserve/commit and single-copy region sends. */
+struct collect {
+    char buf[70000];
+    uint64_t bytes;
+    int done;
+};
+static void collect_handler(void *arg, const ivshm_msg_t *m)
+{
+    struct collect *c = arg;
+    memcpy(c->buf + m->offset, m->data, m->len);
+    c->bytes += m->len;
+    if (m->offset + m->len == m->total)
+        c->done++;
+}
+
+static void test_reserve_and_region(void **state)
+{
+    (void)state;
+    struct collect col = {0};
+    ivshm_ep_t *a, *b;
+    assert_int_equal(ivshm_ep_create(dom, 0, NULL, collect_handler, &col, &a),
+                     IVSHM_OK);
+    assert_int_equal(ivshm_ep_create(dom, 1, NULL, NULL, NULL, &b), IVSHM_OK);
+    uint8_t addr[IVSHM_EP_ADDR_SIZE];
+    uint32_t peer;
+    ivshm_ep_address(a, addr);
+    assert_int_equal(ivshm_ep_connect(b, addr, sizeof(addr), &peer), IVSHM_OK);
+    void *buf;
+    ivshm_rsv_t rsv;
+    /* a cancelled reservation is skipped; order is kept around it */
+    assert_int_equal(ivshm_ep_reserve(b, peer, 50, &buf, &rsv), IVSHM_OK);
+    ivshm_ep_cancel(b, &rsv);
+    assert_int_equal(ivshm_ep_reserve(b, peer, 5000, &buf, &rsv), IVSHM_OK);
+    ivshm_ep_cancel(b, &rsv);
+    assert_int_equal(ivshm_ep_reserve(b, peer, 1000, &buf, &rsv), IVSHM_OK);
+    memset(buf, 'z', 1000);
+    assert_int_equal(ivshm_ep_commit(b, &rsv, 7, 900), IVSHM_OK);
+    assert_int_equal(ivshm_ep_reserve(b, peer, 30, &buf, &rsv), IVSHM_OK);
+    memset(buf, 'y', 30);
+    assert_int_equal(ivshm_ep_commit(b, &rsv, 7, 30), IVSHM_OK);
+    while (col.done < 2)
+        ivshm_ep_progress(a);
+    assert_int_equal(col.bytes, 930);
+    assert_int_equal(col.buf[899], 'z'); /* the inline one overwrote 0..29 */
+    assert_int_equal(col.buf[0], 'y');
+    ivshm_ep_stats_t es;
+    ivshm_ep_stats(a, &es);
+    assert_int_equal(es.invalid_dropped, 0);
+    col.done = 1;
+    /* a region buffer: the receiver reads it in place */
+    uint64_t off;
+    assert_int_equal(ivshm_alloc(reg, 65536, &off), IVSHM_OK);
+    memset((char *)ivshm_region_base(reg) + off, 'r', 65536);
+    uint64_t ticket;
+    assert_int_equal(ivshm_ep_send_region(b, peer, 8, off, 65536, &ticket),
+                     IVSHM_OK);
+    assert_int_equal(ivshm_ep_region_done(b, peer, ticket), 0);
+    while (col.done < 2)
+        ivshm_ep_progress(a);
+    assert_int_equal(ivshm_ep_region_done(b, peer, ticket), 1);
+    assert_int_equal(col.buf[65535], 'r');
+    /* a buffer that is not ours in the region is refused */
+    assert_int_equal(ivshm_ep_send_region(b, peer, 8, 4096, 100, &ticket),
+                     IVSHM_ERR_INVAL);
+    /* messages larger than a fragment travel in pieces, in order */
+    char big[70000];
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (char)(i * 7);
+    col.done = 0;
+    assert_int_equal(ivshm_ep_try_send(b, peer, 9, big, sizeof(big)),
+                     IVSHM_ERR_INVAL);
+    /* send blocks for room; the receiver runs in this thread: use pieces */
+    assert_int_equal(ivshm_ep_send(b, peer, 9, big, 32768), IVSHM_OK);
+    while (col.done < 1)
+        ivshm_ep_progress(a);
+    assert_memory_equal(col.buf, big, 32768);
+    ivshm_free(reg, off);
+    ivshm_ep_destroy(a);
+    ivshm_ep_destroy(b);
+}
+
+/* ---- threads ---- */
+
+struct waker {
+    ivshm_ep_t *tx;
+    uint32_t peer;
+    long rounds;
+    _Atomic long round;
+    _Atomic int stop;
+};
+
+static void *waker_main(void *arg)
+{
+    struct waker *w = arg;
+    long sent = 0;
+    while (!atomic_load(&w->stop) && sent < w->rounds) {
+        /* wait until the receiver has taken the previous message */
+        if (atomic_load(&w->round) < sent)
+            continue;
+        for (int spin = (int)(sent % 64); spin > 0; spin--)
+            ivshm__cpu_relax(); /* vary the race window */
+        while (ivshm_ep_try_send(w->tx, w->peer, 0, "w", 1) == IVSHM_ERR_AGAIN)
+            ;
+        sent++;
+    }
+    return NULL;
+}
+
+static void count_handler(void *arg, const ivshm_msg_t *m)
+{
+    (void)m;
+    (*(long *)arg)++;
+}
+
+/* Every message must wake a waiter that armed around it: a lost wake-up
+ * shows as a wait that times out (1 s) while a message is there. */
+static void test_wakeup_races(void **state)
+{
+    (void)state;
+    const char *e = getenv("IVSHM_WAKE_ROUNDS");
+    long rounds = e ? atol(e) : 100000;
+    long got = 0;
+    ivshm_ep_config_t cfg;
+    ivshm_ep_config_init(&cfg);
+    cfg.fbox_cells = 0; /* FIFO only: both paths are tested elsewhere */
+    ivshm_ep_t *rx, *tx;
+    assert_int_equal(ivshm_ep_create(dom, 0, &cfg, count_handler, &got, &rx),
+                     IVSHM_OK);
+    assert_int_equal(ivshm_ep_create(dom, 1, &cfg, NULL, NULL, &tx), IVSHM_OK);
+    uint8_t addr[IVSHM_EP_ADDR_SIZE];
+    struct waker w = {.tx = tx, .rounds = rounds};
+    ivshm_ep_address(rx, addr);
+    assert_int_equal(ivshm_ep_connect(tx, addr, sizeof(addr), &w.peer),
+                     IVSHM_OK);
+    pthread_t th;
+    pthread_create(&th, NULL, waker_main, &w);
+    long timeouts = 0;
+    while (got < rounds) {
+        if (ivshm_ep_progress(rx) == 0 &&
+            ivshm_ep_wait(rx, 1000) == IVSHM_ERR_AGAIN) {
+            if (ivshm_ep_progress(rx) > 0)
+                timeouts++; /* a message was there: a lost wake-up */
+        }
+        atomic_store(&w.round, got);
+        if (timeouts)
+            break;
+    }
+    atomic_store(&w.stop, 1);
+    pthread_join(th, NULL);
+    assert_int_equal(timeouts, 0);
+    assert_int_equal(got, rounds);
+    ivshm_ep_stats_t s;
+    ivshm_ep_stats(tx, &s);
+    assert_true(s.wakeups > 0); /* the waiter was armed and woken */
+    ivshm_ep_destroy(rx);
+    ivshm_ep_destroy(tx);
+}
+
+struct tsender {
+    ivshm_ep_t *ep;
+    uint32_t peer, me, count;
+    int rc;
+};
+
+static void *tsender_main(void *arg)
+{
+    struct tsender *t = arg;
+    unsigned char *buf = malloc(TR_MAX_SIZE);
+    for (uint32_t seq = 0; seq < t->count && !t->rc; seq++) {
+        size_t n = tr_size(t->me, seq);
+        tr_fill(t->me, seq, buf, n);
+        t->rc = ivshm_ep_send(t->ep, t->peer, seq, buf, n);
+    }
+    free(buf);
+    return NULL;
+}
+
+static void trx_handler(void *arg, const ivshm_msg_t *m)
+{
+    tr_rx_piece(arg, m->sender, m);
+}
+
+static void test_threads_many_to_one(void **state)
+{
+    (void)state;
+    enum { NS = 3 };
+    const char *e = getenv("IVSHM_STRESS_MSGS");
+    uint32_t count = e ? (uint32_t)atol(e) : 2000;
+    struct tr_rx rx;
+    tr_rx_init(&rx);
+    ivshm_ep_t *r;
+    assert_int_equal(ivshm_ep_create(dom, 0, NULL, trx_handler, &rx, &r),
+                     IVSHM_OK);
+    uint8_t addr[IVSHM_EP_ADDR_SIZE];
+    ivshm_ep_address(r, addr);
+    struct tsender ts[NS];
+    pthread_t th[NS];
+    for (int i = 0; i < NS; i++) {
+        ts[i] = (struct tsender){.me = (uint32_t)i + 1, .count = count};
+        assert_int_equal(ivshm_ep_create(dom, i + 1, NULL, NULL, NULL, &ts[i].ep),
+                         IVSHM_OK);
+        assert_int_equal(ivshm_ep_connect(ts[i].ep, addr, sizeof(addr),
+                                          &ts[i].peer),
+                         IVSHM_OK);
+        pthread_create(&th[i], NULL, tsender_main, &ts[i]);
+    }
+    while (rx.complete < (uint64_t)NS * count && !rx.errors)
+        if (ivshm_ep_progress(r) == 0)
+            ivshm_ep_wait(r, 10);
+    for (int i = 0; i < NS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(ts[i].rc, IVSHM_OK);
+        ivshm_ep_destroy(ts[i].ep);
+    }
+    if (rx.errors)
+        fail_msg("%s", rx.first_error);
+    assert_int_equal(rx.complete, (uint64_t)NS * count);
+    tr_rx_free(&rx);
+    ivshm_ep_destroy(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ring_arithmetic),
+        cmocka_unit_test_setup_teardown(test_domain_valid, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reserve_and_region, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wakeup_races, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_threads_many_to_one, setup, teardown),
+    };
+    return cmocka_run_group_tests_name("channel", tests, NULL, NULL);
+}
