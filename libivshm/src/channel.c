@@ -9,8 +9,9 @@
  *  T0 consumer release-stores tail after it is done with the cells below;
  *     producers acquire-load it only when the FIFO looks full;
  *  F0/F1 as C1/T0 for the single-producer fast boxes;
- *  N0 sender: publish, seq_cst fence, load notify; receiver: CAS the armed
- *     bit, then re-check its queues. One of them sees the other.
+ *  N0 sender: publish (seq_cst store), then seq_cst load of notify;
+ *     receiver: seq_cst CAS of the armed bit, then re-check its queues.
+ *     One of them sees the other.
  *
  * A producer stopped between C0 and C1 leaves an unpublished cell: the
  * consumer skips it (keeps it pending) and goes on with later cells, so
@@ -630,9 +631,9 @@ ivshm_status_t ivshm_ep_connect(ivshm_ep_t *ep, const uint8_t *addr,
 
 static void wake(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
 {
-    /* N0: our publish (release) must be ordered before reading notify */
-    atomic_thread_fence(memory_order_seq_cst);
-    uint64_t w = atomic_load_explicit(&p->ctl->notify, memory_order_relaxed);
+    /* N0: the publish was a seq_cst store, so this seq_cst load cannot be
+     * ordered before it (store-load); pairs with the arming CAS in wait */
+    uint64_t w = atomic_load_explicit(&p->ctl->notify, memory_order_seq_cst);
     if ((w & 1) && atomic_compare_exchange_strong(&p->ctl->notify, &w,
                                                   (w + 2) & ~1ull)) {
         ep->notifier.ring(ep->notifier.ctx, idx);
@@ -724,8 +725,9 @@ static void publish(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
            CELL_HDR - offsetof(struct cell, len));
     if (ivshm__test_after_claim)
         ivshm__test_after_claim();
-    /* C1/F0: the cell's contents happen-before the consumer's read */
-    atomic_store_explicit(&c->seq, pos + 1, memory_order_release);
+    /* C1/F0: the cell's contents happen-before the consumer's read; seq_cst
+     * (not just release) for the wake-up check that follows (N0) */
+    atomic_store_explicit(&c->seq, pos + 1, memory_order_seq_cst);
     BUMP(ep, msgs_out, 1);
     BUMP(ep, bytes_out, len);
     wake(ep, p, idx);

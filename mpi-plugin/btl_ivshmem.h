@@ -1,0 +1,94 @@
+/*
+ * BTL ivshmem: Open MPI transport between MPI processes in different VMs
+ * of one host, over a region mapped by QEMU's ivshmem device.
+ *
+ * The component maps the region (libivshm), creates one channel endpoint
+ * per process in the job's domain and publishes, through the modex, the
+ * process' identity (region UUID, VM id, lease) and endpoint address.
+ * add_procs marks reachable exactly the peers that map the same region in
+ * another VM; same-VM peers stay with vader/sm, others with the network.
+ *
+ * This file and the component's sources include Open MPI headers only
+ * (opal_config.h first), never the project's config.h.
+ */
+#ifndef MCA_BTL_IVSHMEM_H
+#define MCA_BTL_IVSHMEM_H
+
+#include "opal_config.h"
+
+#include "opal/class/opal_free_list.h"
+#include "opal/mca/btl/btl.h"
+#include "opal/mca/btl/base/base.h"
+#include "opal/util/proc.h"
+
+#include <ivshm/channel.h>
+#include <ivshm/ivshm.h>
+
+BEGIN_C_DECLS
+
+#define IVSHMEM_MODEX_MAGIC 0x4d444f4d4d485649ull /* "IVHMMODM" */
+#define IVSHMEM_MODEX_VERSION 1u
+
+/* What each process publishes through the modex. */
+typedef struct mca_btl_ivshmem_modex_t {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t flags;
+    ivshm_identity_t id;
+    uint8_t addr[IVSHM_EP_ADDR_SIZE];
+} mca_btl_ivshmem_modex_t;
+
+typedef struct mca_btl_ivshmem_component_t {
+    mca_btl_base_component_3_0_0_t super;
+    /* MCA parameters */
+    char *region;           /* device URI */
+    int same_vm;            /* also carry same-VM peers (testing) */
+    int verbose;
+    int stats;              /* print per-peer counters at finalize */
+    unsigned fbox_size;     /* cells per fast box */
+    unsigned fbox_threshold;
+    unsigned fifo_cells;
+    unsigned frag_size;
+    unsigned frag_count;
+    int output;
+    /* state */
+    ivshm_region_t *r;
+    ivshm_domain_t *dom;
+    ivshm_ep_t *ep;
+    opal_free_list_t frags;
+    struct mca_btl_base_endpoint_t **peers; /* by channel peer index */
+    uint32_t npeers;
+    char *why_not; /* reason the component stepped aside, for verbose */
+} mca_btl_ivshmem_component_t;
+
+OPAL_MODULE_DECLSPEC extern mca_btl_ivshmem_component_t
+    mca_btl_ivshmem_component;
+
+typedef struct mca_btl_ivshmem_module_t {
+    mca_btl_base_module_t super;
+} mca_btl_ivshmem_module_t;
+extern mca_btl_ivshmem_module_t mca_btl_ivshmem_module;
+
+/* One per reachable peer process. */
+struct mca_btl_base_endpoint_t {
+    opal_proc_t *proc;
+    uint32_t peer;  /* channel peer index (the peer's directory index) */
+    uint32_t vpid;
+    uint64_t sends, bytes_out;
+    uint64_t recvs, bytes_in;
+};
+typedef struct mca_btl_base_endpoint_t mca_btl_base_endpoint_t;
+
+typedef struct mca_btl_ivshmem_frag_t {
+    mca_btl_base_descriptor_t base;
+    mca_btl_base_segment_t segment;
+    struct mca_btl_base_endpoint_t *endpoint;
+} mca_btl_ivshmem_frag_t;
+OBJ_CLASS_DECLARATION(mca_btl_ivshmem_frag_t);
+
+int mca_btl_ivshmem_setup(void);
+void mca_btl_ivshmem_teardown(void);
+void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m);
+
+END_C_DECLS
+#endif

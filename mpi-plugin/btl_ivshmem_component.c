@@ -1,0 +1,324 @@
+/*
+ * BTL ivshmem component: MCA parameters, setup of the region and the
+ * endpoint, the modex, progress, and stepping aside with one clear warning
+ * whenever the region cannot be used (the job then runs over the network).
+ */
+#include "btl_ivshmem.h"
+
+#include "opal/mca/pmix/pmix.h"
+#include "opal/util/output.h"
+#include "opal/util/proc.h"
+#include "opal/util/show_help.h"
+
+#include <dlfcn.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int ivshmem_register(void);
+static int ivshmem_open(void);
+static int ivshmem_close(void);
+static mca_btl_base_module_t **ivshmem_init(int *num_btls,
+                                            bool enable_progress_threads,
+                                            bool enable_mpi_threads);
+static int ivshmem_progress(void);
+
+mca_btl_ivshmem_component_t mca_btl_ivshmem_component = {
+    .super = {
+        .btl_version = {
+            MCA_BTL_DEFAULT_VERSION("ivshmem"),
+            .mca_open_component = ivshmem_open,
+            .mca_close_component = ivshmem_close,
+            .mca_register_component_params = ivshmem_register,
+        },
+        .btl_data = {
+            .param_field = MCA_BASE_METADATA_PARAM_CHECKPOINT,
+        },
+        .btl_init = ivshmem_init,
+        .btl_progress = ivshmem_progress,
+    },
+};
+
+static void frag_construct(mca_btl_ivshmem_frag_t *f)
+{
+    f->base.des_segments = &f->segment;
+    f->base.des_segment_count = 1;
+    f->endpoint = NULL;
+}
+OBJ_CLASS_INSTANCE(mca_btl_ivshmem_frag_t, mca_btl_base_descriptor_t,
+                   frag_construct, NULL);
+
+static int reg_uint(const char *name, const char *doc, unsigned *storage,
+                    unsigned def, int level)
+{
+    *storage = def;
+    return mca_base_component_var_register(
+        &mca_btl_ivshmem_component.super.btl_version, name, doc,
+        MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, 0, 0, level,
+        MCA_BASE_VAR_SCOPE_READONLY, storage);
+}
+
+static int ivshmem_register(void)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    const char *env = getenv(IVSHM_ENV_REGION);
+    c->region = (char *)(env && *env ? env : IVSHM_DEFAULT_URI);
+    mca_base_component_var_register(
+        &c->super.btl_version, "region",
+        "Shared region to use: pci:auto (the only ivshmem device of this VM), "
+        "pci:DDDD:BB:DD.F, or file:PATH (a host file, as in simulated VMs); "
+        "default $IVSHM_REGION, else pci:auto",
+        MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_3,
+        MCA_BASE_VAR_SCOPE_READONLY, &c->region);
+    c->same_vm = 0;
+    mca_base_component_var_register(
+        &c->super.btl_version, "same_vm",
+        "Also carry traffic between processes of the same VM (for testing; "
+        "vader/sm is faster there)",
+        MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5,
+        MCA_BASE_VAR_SCOPE_READONLY, &c->same_vm);
+    c->verbose = 0;
+    mca_base_component_var_register(
+        &c->super.btl_version, "verbose",
+        "Verbosity: 1 = why peers are (not) reached and why the component "
+        "steps aside, 2 = more",
+        MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_5,
+        MCA_BASE_VAR_SCOPE_LOCAL, &c->verbose);
+    c->stats = 0;
+    mca_base_component_var_register(
+        &c->super.btl_version, "stats",
+        "Print per-peer message counters of this BTL at finalize",
+        MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5,
+        MCA_BASE_VAR_SCOPE_LOCAL, &c->stats);
+    ivshm_ep_config_t d;
+    ivshm_ep_config_init(&d);
+    reg_uint("fifo_cells", "Cells of each process' receive FIFO (power of two)",
+             &c->fifo_cells, d.fifo_cells, OPAL_INFO_LVL_5);
+    reg_uint("fbox_size", "Cells per fast box (power of two; 0 disables fast "
+                          "boxes)",
+             &c->fbox_size, d.fbox_cells, OPAL_INFO_LVL_5);
+    reg_uint("fbox_threshold",
+             "Messages to a peer before a fast box is requested",
+             &c->fbox_threshold, d.fbox_threshold, OPAL_INFO_LVL_5);
+    reg_uint("frag_size", "Bytes per send fragment (power of two); bounds "
+                          "btl_ivshmem_max_send_size",
+             &c->frag_size, d.frag_size, OPAL_INFO_LVL_5);
+    reg_uint("frag_count", "Send fragments per process", &c->frag_count,
+             d.frag_count, OPAL_INFO_LVL_5);
+
+    mca_btl_base_module_t *m = &mca_btl_ivshmem_module.super;
+    m->btl_exclusivity = MCA_BTL_EXCLUSIVITY_HIGH / 2; /* > net, < vader */
+    m->btl_eager_limit = 4096;
+    m->btl_rndv_eager_limit = 4096;
+    m->btl_max_send_size = 32 * 1024;
+    m->btl_latency = 1;
+    m->btl_bandwidth = 10000;
+    m->btl_flags = MCA_BTL_FLAGS_SEND;
+    return mca_btl_base_param_register(&c->super.btl_version, m);
+}
+
+/* Our help file lies next to the component (user installs) or in Open
+ * MPI's help directory (system installs); $IVSHM_HELP_DIR for build trees. */
+static void add_help_dirs(void)
+{
+    Dl_info info;
+    if (dladdr((void *)&mca_btl_ivshmem_component, &info) && info.dli_fname) {
+        char *copy = strdup(info.dli_fname);
+        if (copy) {
+            opal_show_help_add_dir(dirname(copy));
+            free(copy);
+        }
+    }
+    const char *env = getenv("IVSHM_HELP_DIR");
+    if (env && *env)
+        opal_show_help_add_dir(env);
+}
+
+static int ivshmem_open(void)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    add_help_dirs();
+    c->output = opal_output_open(NULL);
+    opal_output_set_verbosity(c->output, c->verbose);
+    OBJ_CONSTRUCT(&c->frags, opal_free_list_t);
+    return OPAL_SUCCESS;
+}
+
+static int ivshmem_close(void)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    mca_btl_ivshmem_teardown();
+    OBJ_DESTRUCT(&c->frags);
+    free(c->why_not);
+    c->why_not = NULL;
+    opal_output_close(c->output);
+    return OPAL_SUCCESS;
+}
+
+/* One warning, from the help file, then the component steps aside. A VM
+ * without any ivshmem device and no region asked for is the normal case
+ * of a machine that does not use us: that is said at verbosity 1 only. */
+static int step_aside(ivshm_status_t st, const char *what)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    char host[256] = "?";
+    gethostname(host, sizeof(host));
+    const char *reason = ivshm_last_error();
+    if (asprintf(&c->why_not, "%s: %s: %s", what, ivshm_strerror(st),
+                 reason) < 0)
+        c->why_not = NULL;
+    bool asked = getenv(IVSHM_ENV_REGION) ||
+                 strcmp(c->region, IVSHM_DEFAULT_URI) != 0;
+    if (!asked && (st == IVSHM_ERR_NODEV || st == IVSHM_ERR_NOENT)) {
+        opal_output_verbose(1, c->output,
+                            "btl ivshmem: not used on %s: %s", host,
+                            c->why_not ? c->why_not : reason);
+    } else {
+        const char *topic = "region-unavailable";
+        if (st == IVSHM_ERR_VERSION || st == IVSHM_ERR_BAD_MAGIC ||
+            st == IVSHM_ERR_CORRUPT || st == IVSHM_ERR_SIZE_MISMATCH ||
+            st == IVSHM_ERR_UNFORMATTED)
+            topic = "region-incompatible";
+        else if (st == IVSHM_ERR_NOSPACE || st == IVSHM_ERR_REGISTRY_FULL ||
+                 st == IVSHM_ERR_TOO_SMALL)
+            topic = "region-full";
+        opal_show_help("help-mpi-btl-ivshmem.txt", topic, true, host,
+                       c->region, c->why_not ? c->why_not : reason);
+    }
+    mca_btl_ivshmem_teardown();
+    return OPAL_ERR_NOT_AVAILABLE;
+}
+
+/* The job's size bounds the endpoint directory (index = rank). */
+static uint32_t job_size(void)
+{
+    uint32_t n = 0, *pn = &n;
+    opal_process_name_t wild = OPAL_PROC_MY_NAME;
+    wild.vpid = OPAL_VPID_WILDCARD;
+    int rc;
+    OPAL_MODEX_RECV_VALUE(rc, OPAL_PMIX_JOB_SIZE, &wild, &pn, OPAL_UINT32);
+    if (rc != OPAL_SUCCESS || n == 0)
+        n = (uint32_t)OPAL_PROC_MY_NAME.vpid + 1;
+    return n;
+}
+
+int mca_btl_ivshmem_setup(void)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    mca_btl_base_module_t *m = &mca_btl_ivshmem_module.super;
+    ivshm_status_t st;
+    if ((st = ivshm_region_open(c->region, 0, &c->r)) != IVSHM_OK)
+        return step_aside(st, "cannot open the region");
+    if ((st = ivshm_attach(c->r)) != IVSHM_OK)
+        return step_aside(st, "cannot attach to the region");
+    /* a rank may compute for minutes without calling MPI: keep the lease */
+    if ((st = ivshm_lease_start_thread(c->r)) != IVSHM_OK)
+        return step_aside(st, "cannot start the lease heartbeat");
+    char key[IVSHM_JOB_KEY_MAX + 1];
+    snprintf(key, sizeof(key), "ompi-%08x",
+             (unsigned)OPAL_PROC_MY_NAME.jobid);
+    uint32_t nprocs = job_size();
+    if ((st = ivshm_domain_join(c->r, key, nprocs, &c->dom)) != IVSHM_OK)
+        return step_aside(st, "cannot join the job's area");
+    ivshm_ep_config_t cfg;
+    ivshm_ep_config_init(&cfg);
+    cfg.fifo_cells = c->fifo_cells;
+    cfg.fbox_cells = c->fbox_size;
+    cfg.fbox_threshold = c->fbox_threshold;
+    cfg.frag_size = c->frag_size;
+    cfg.frag_count = c->frag_count;
+    if ((st = ivshm_ep_config_check(&cfg)) != IVSHM_OK)
+        return step_aside(st, "invalid btl_ivshmem parameters");
+    if (m->btl_max_send_size > cfg.frag_size)
+        m->btl_max_send_size = cfg.frag_size;
+    if (m->btl_eager_limit > m->btl_max_send_size)
+        m->btl_eager_limit = m->btl_max_send_size;
+    if (m->btl_rndv_eager_limit > m->btl_eager_limit)
+        m->btl_rndv_eager_limit = m->btl_eager_limit;
+    st = ivshm_ep_create(c->dom, (int)OPAL_PROC_MY_NAME.vpid, &cfg,
+                         mca_btl_ivshmem_recv, NULL, &c->ep);
+    if (st != IVSHM_OK)
+        return step_aside(st, "cannot create the channel endpoint");
+    c->npeers = nprocs;
+    c->peers = calloc(nprocs, sizeof(*c->peers));
+    int rc = opal_free_list_init(&c->frags, sizeof(mca_btl_ivshmem_frag_t),
+                                 opal_cache_line_size,
+                                 OBJ_CLASS(mca_btl_ivshmem_frag_t),
+                                 m->btl_max_send_size, opal_cache_line_size,
+                                 16, -1, 16, NULL, 0, NULL, NULL, NULL);
+    if (!c->peers || rc != OPAL_SUCCESS)
+        return step_aside(IVSHM_ERR_SYS, "out of memory");
+    return OPAL_SUCCESS;
+}
+
+void mca_btl_ivshmem_teardown(void)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    if (c->ep) {
+        ivshm_ep_destroy(c->ep);
+        c->ep = NULL;
+    }
+    if (c->dom) {
+        ivshm_domain_leave(c->dom);
+        c->dom = NULL;
+    }
+    if (c->r) {
+        ivshm_region_close(c->r);
+        c->r = NULL;
+    }
+    if (c->peers) {
+        for (uint32_t i = 0; i < c->npeers; i++)
+            free(c->peers[i]);
+        free(c->peers);
+        c->peers = NULL;
+    }
+}
+
+static mca_btl_base_module_t **ivshmem_init(int *num_btls,
+                                            bool enable_progress_threads,
+                                            bool enable_mpi_threads)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    (void)enable_progress_threads;
+    *num_btls = 0;
+    /* an endpoint serves one thread at a time */
+    if (enable_mpi_threads) {
+        opal_output_verbose(1, c->output,
+                            "btl ivshmem: not used with MPI_THREAD_MULTIPLE");
+        return NULL;
+    }
+    if (mca_btl_ivshmem_setup() != OPAL_SUCCESS)
+        return NULL;
+    mca_btl_ivshmem_modex_t mx;
+    memset(&mx, 0, sizeof(mx));
+    mx.magic = IVSHMEM_MODEX_MAGIC;
+    mx.version = IVSHMEM_MODEX_VERSION;
+    ivshm_self_identity(c->r, &mx.id);
+    ivshm_ep_address(c->ep, mx.addr);
+    int rc;
+    OPAL_MODEX_SEND(rc, OPAL_PMIX_GLOBAL, &c->super.btl_version, &mx,
+                    sizeof(mx));
+    if (rc != OPAL_SUCCESS) {
+        mca_btl_ivshmem_teardown();
+        return NULL;
+    }
+    mca_btl_base_module_t **mods = malloc(sizeof(*mods));
+    if (!mods) {
+        mca_btl_ivshmem_teardown();
+        return NULL;
+    }
+    mods[0] = &mca_btl_ivshmem_module.super;
+    *num_btls = 1;
+    opal_output_verbose(1, c->output,
+                        "btl ivshmem: rank %u uses region %s (endpoint %u)",
+                        (unsigned)OPAL_PROC_MY_NAME.vpid, c->region,
+                        ivshm_ep_index(c->ep));
+    return mods;
+}
+
+static int ivshmem_progress(void)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    return c->ep ? ivshm_ep_progress(c->ep) : 0;
+}

@@ -1,0 +1,31 @@
+# Shared by the simulated-VM tests, the demo and the benchmark runners:
+# mpirun across simulated VMs with the component from the build tree.
+SIMVM_DIR=$(cd "$(dirname "$0")" && pwd)
+: "${top_srcdir:=$(cd "$SIMVM_DIR/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir/_build-demo}"
+SIMVM="$top_srcdir/tests/simvm/simvm.sh"
+OMPI_SYS_COMPONENTS=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed 's/^path:pkglibdir://')
+IVSHM_HELP_DIR="$top_srcdir/mpi-plugin"
+export IVSHM_HELP_DIR
+
+# pml ob1: the BTLs (ours among them) serve ob1; Debian's build would pick
+# pml/osc ucx where UCX finds a network. osc pt2pt: one-sided over the
+# BTLs' send path (osc rdma needs put/get, which this BTL does not offer).
+# simvm_mpirun HOSTS NP ARGS... (HOSTS as for --host, e.g. 10.200.0.1:2,...)
+simvm_mpirun() {
+    hosts=$1 np=$2
+    shift 2
+    mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" --host "$hosts" \
+        --mca plm_rsh_agent "$top_srcdir/tests/simvm/agent" \
+        --mca oob_tcp_if_include 10.200.0.0/24 --mca btl_tcp_if_include 10.200.0.0/24 \
+        --mca mca_base_component_path "$top_builddir/mpi-plugin/.libs:$OMPI_SYS_COMPONENTS" \
+        --mca orte_base_help_aggregate 0 -x IVSHM_HELP_DIR \
+        --mca pml ob1 --mca osc pt2pt \
+        "$@"
+}
+
+simvm_format() { # formats every host's region
+    for r in $("$SIMVM" regions); do
+        "$top_builddir/libivshm/tools/ivshm" format "file:$r" --size "${1:-256M}" --force >/dev/null
+    done
+}

@@ -1,0 +1,92 @@
+#!/bin/sh
+# MPI across simulated VMs (network + UTS namespaces) with real mpirun:
+#  1. one job over two "hosts": co-resident VMs talk through ivshmem (proved
+#     per peer by the component's counters), same-VM ranks through vader,
+#     other-host ranks through tcp; every MPI check passes;
+#  2. a missing region, a region of another layout version, a region too
+#     small for the job: the job passes over tcp and each process prints
+#     one warning.
+# Needs root, iproute2 and Open MPI; skipped (77) otherwise.
+set -u
+. "$(dirname "$0")/lib.sh"
+[ "$(id -u)" = 0 ] || { echo "SKIP: needs root for namespaces"; exit 77; }
+command -v mpirun >/dev/null && command -v mpicc >/dev/null || { echo "SKIP: no Open MPI"; exit 77; }
+[ -f "$top_builddir/mpi-plugin/.libs/mca_btl_ivshmem.so" ] || { echo "SKIP: component not built"; exit 77; }
+ip netns add ivsprobe 2>/dev/null && ip netns del ivsprobe || { echo "SKIP: no network namespaces"; exit 77; }
+
+work=$(mktemp -d)
+trap '"$SIMVM" down; rm -rf "$work"' EXIT INT TERM
+mpicc -O2 "$top_srcdir/tests/simvm/mpi_check.c" -o "$work/mpi_check"
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok: $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+"$SIMVM" up a:0 a:1 a:2 b:3 b:4
+simvm_format 256M
+A=10.200.0.1:2,10.200.0.2:1,10.200.0.3:1,10.200.0.4:1,10.200.0.5:1
+
+# ---- 1. the mixed job
+simvm_mpirun "$A" 6 --mca btl self,vader,ivshmem,tcp --mca mpi_yield_when_idle 1 \
+    --mca btl_ivshmem_stats 1 --mca btl_ivshmem_verbose 1 "$work/mpi_check" >"$work/mixed.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "6 ranks: 9 passed, 0 failed" "$work/mixed.out"; then
+    ok "mixed job: all MPI checks pass"
+else
+    bad "mixed job (rc $rc)"; tail -30 "$work/mixed.out"
+fi
+# ranks 0,1 in VM0; 2 in VM1; 3 in VM2 (host a); 4 in VM3; 5 in VM4 (host b)
+want="0-2 0-3 1-2 1-3 2-0 2-1 2-3 3-0 3-1 3-2 4-5 5-4"
+got=$(sed -n 's/.*btl ivshmem stats: .* rank \([0-9]*\) -> rank \([0-9]*\): \([0-9]*\) sends.*/\1-\2 \3/p' "$work/mixed.out" |
+      awk '$2 > 0 {print $1}' | sort -t- -k1,1n -k2,2n | tr '\n' ' ' | sed 's/ $//')
+if [ "$got" = "$want" ]; then
+    ok "ivshmem carried exactly the co-resident cross-VM pairs: $got"
+else
+    bad "ivshmem pairs: got '$got', want '$want'"
+fi
+if grep -q "rank 0 -> rank 1: same-vm: left to other BTLs" "$work/mixed.out" &&
+   grep -q "rank 0 -> rank 4: remote: left to other BTLs" "$work/mixed.out"; then
+    ok "same-VM peers left to vader, other-host peers left to the network"
+else
+    bad "add_procs decisions"; grep "btl ivshmem: rank" "$work/mixed.out" | head
+fi
+
+# ---- 2. bad configurations: correct over tcp, one warning per process
+bad_config() { # name expected-warning-fragment
+    name=$1 frag=$2
+    simvm_mpirun 10.200.0.1:1,10.200.0.2:1 2 --mca btl self,ivshmem,tcp \
+        --mca btl_ivshmem_stats 1 "$work/mpi_check" >"$work/$name.out" 2>&1
+    rc=$?
+    n=$(grep -c "$frag" "$work/$name.out")
+    if [ $rc -eq 0 ] && grep -q "2 ranks: 9 passed, 0 failed" "$work/$name.out" &&
+       ! grep -q "btl ivshmem stats" "$work/$name.out" && [ "$n" -ge 1 ] && [ "$n" -le 2 ]; then
+        ok "$name: job passed over tcp with $n warning(s)"
+    else
+        bad "$name (rc $rc, $n warnings)"; tail -30 "$work/$name.out"
+    fi
+}
+SIMVM_REGION_OVERRIDE=file:/dev/shm/ivshm-simvm-missing
+export SIMVM_REGION_OVERRIDE
+bad_config missing-region "cannot use the shared region"
+R=/dev/shm/ivshm-simvm-badversion
+"$top_builddir/libivshm/tools/ivshm" format "file:$R" --size 16M --force >/dev/null
+python3 - "$R" <<'PY'
+import struct, sys
+f = open(sys.argv[1], "r+b"); h = bytearray(f.read(120))
+h[8:12] = struct.pack("<I", 2)          # layout version 2
+s = 0xcbf29ce484222325
+for b in h:
+    s = ((s ^ b) * 0x100000001b3) & 0xffffffffffffffff
+f.seek(0); f.write(h); f.seek(120); f.write(struct.pack("<Q", s)); f.close()
+PY
+SIMVM_REGION_OVERRIDE=file:$R
+bad_config wrong-version "format this ivshmem BTL cannot use"
+rm -f "$R"
+R=/dev/shm/ivshm-simvm-small
+"$top_builddir/libivshm/tools/ivshm" format "file:$R" --size 1M --chunk 4K --force >/dev/null
+SIMVM_REGION_OVERRIDE=file:$R
+bad_config region-too-small "has no room for this process"
+rm -f "$R"
+unset SIMVM_REGION_OVERRIDE
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
