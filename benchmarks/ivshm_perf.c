@@ -57,6 +57,9 @@ struct rank {
     volatile uint64_t syncs;
     uint64_t syncs_sent;
     volatile uint64_t acks;
+    /* running targets: a message may arrive before we start waiting for it
+     * (inside another wait), so never derive a target from a counter */
+    uint64_t data_target, ack_target;
 };
 
 static void on_msg(void *arg, const ivshm_msg_t *m)
@@ -220,7 +223,7 @@ static struct dist chan_pingpong(struct rank *k, char *sbuf, size_t size,
     for (int bt = 0; bt < batches; bt++) {
         uint64_t t0 = now_ns();
         for (long it = 0; it < iters; it++) {
-            uint64_t want = k->msgs_done + 1;
+            uint64_t want = ++k->data_target;
             if (k->id == 0) {
                 ivshm_ep_send(k->ep, k->peer, TAG_DATA, sbuf, size);
                 while (k->msgs_done < want)
@@ -331,7 +334,7 @@ static double chan_bw(struct rank *k, const char *sbuf, uint64_t region_off,
     for (int r = 0; r < reps; r++) {
         uint64_t t0 = now_ns();
         if (k->id == 0) {
-            uint64_t want = k->acks + 1;
+            uint64_t want = ++k->ack_target;
             uint64_t ticket = 0;
             for (int w = 0; w < window; w++) {
                 /* the region buffer is only read: the window can share it */
@@ -346,7 +349,7 @@ static double chan_bw(struct rank *k, const char *sbuf, uint64_t region_off,
             while (k->acks < want)
                 progress(k);
         } else {
-            uint64_t want = k->msgs_done + (uint64_t)window;
+            uint64_t want = k->data_target += (uint64_t)window;
             while (k->msgs_done < want)
                 progress(k);
             ivshm_ep_send(k->ep, k->peer, TAG_ACK, "", 0);

@@ -629,10 +629,26 @@ ivshm_status_t ivshm_ep_connect(ivshm_ep_t *ep, const uint8_t *addr,
     atomic_store_explicit(&(ep)->ctl->field, (ep)->st.field += (by),         \
                           memory_order_relaxed)
 
+/* N0 needs the publish ordered before the notify load (store-load). A
+ * release store plus a full fence is the cheaper way on x86; GCC's TSan
+ * cannot model fences, so its builds use a seq_cst store instead. */
+#if defined(__SANITIZE_THREAD__)
+static inline void publish_seq(_Atomic uint64_t *seq, uint64_t v)
+{
+    atomic_store_explicit(seq, v, memory_order_seq_cst);
+}
+#else
+static inline void publish_seq(_Atomic uint64_t *seq, uint64_t v)
+{
+    atomic_store_explicit(seq, v, memory_order_release);
+    atomic_thread_fence(memory_order_seq_cst);
+}
+#endif
+
 static void wake(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
 {
-    /* N0: the publish was a seq_cst store, so this seq_cst load cannot be
-     * ordered before it (store-load); pairs with the arming CAS in wait */
+    /* N0: the publish is ordered before this seq_cst load (publish_seq);
+     * pairs with the arming CAS in ivshm_ep_wait */
     uint64_t w = atomic_load_explicit(&p->ctl->notify, memory_order_seq_cst);
     if ((w & 1) && atomic_compare_exchange_strong(&p->ctl->notify, &w,
                                                   (w + 2) & ~1ull)) {
@@ -705,9 +721,12 @@ static struct cell *claim_cell(ivshm_ep_t *ep, struct peer *p, uint64_t *pos,
 /* Test hook: called between claim and publish (SIGSTOP tests). */
 void (*ivshm__test_after_claim)(void);
 
+/* Never reads the cell: its line is the receiver's until we write it, and a
+ * read first would cost a second transfer. */
 static void publish(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
                     struct cell *c, uint64_t pos, uint16_t type, uint32_t tag,
-                    uint32_t len, uint64_t offset, uint64_t total)
+                    uint32_t len, uint64_t offset, uint64_t total,
+                    uint32_t frag, uint64_t aux)
 {
     /* The header is built privately and stored in one burst: a receiver
      * polling this line steals it at most once, not once per field. */
@@ -717,17 +736,16 @@ static void publish(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
     h.pseq = p->pseq_out++;
     h.type = type;
     h.sender = (uint16_t)ep->index;
-    h.frag = c->frag;
+    h.frag = frag;
     h.offset = offset;
     h.total = total;
-    h.aux = c->aux;
+    h.aux = aux;
     memcpy((char *)c + offsetof(struct cell, len), (char *)&h + offsetof(struct cell, len),
            CELL_HDR - offsetof(struct cell, len));
     if (ivshm__test_after_claim)
         ivshm__test_after_claim();
-    /* C1/F0: the cell's contents happen-before the consumer's read; seq_cst
-     * (not just release) for the wake-up check that follows (N0) */
-    atomic_store_explicit(&c->seq, pos + 1, memory_order_seq_cst);
+    /* C1/F0: the cell's contents happen-before the consumer's read */
+    publish_seq(&c->seq, pos + 1);
     BUMP(ep, msgs_out, 1);
     BUMP(ep, bytes_out, len);
     wake(ep, p, idx);
@@ -761,7 +779,7 @@ static void maybe_ask_fbox(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
     if (!c)
         return;
     p->fbox_asked = true;
-    publish(ep, p, idx, c, pos, CELL_FBOX_REQ, 0, 0, 0, 0);
+    publish(ep, p, idx, c, pos, CELL_FBOX_REQ, 0, 0, 0, 0, 0, 0);
 }
 
 static int take_frag(ivshm_ep_t *ep)
@@ -798,12 +816,12 @@ static ivshm_status_t send_piece(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
     }
     if (f < 0) {
         memcpy((char *)c + CELL_HDR, buf, len);
-        publish(ep, p, idx, c, pos, CELL_INLINE, tag, len, offset, total);
+        publish(ep, p, idx, c, pos, CELL_INLINE, tag, len, offset, total, 0, 0);
     } else {
         memcpy(ep->pool + (uint64_t)f * ep->cfg.frag_size, buf, len);
         ep->frag_issued[f]++;
-        c->frag = (uint32_t)f;
-        publish(ep, p, idx, c, pos, CELL_FRAG, tag, len, offset, total);
+        publish(ep, p, idx, c, pos, CELL_FRAG, tag, len, offset, total,
+                (uint32_t)f, 0);
     }
     return IVSHM_OK;
 }
@@ -895,10 +913,9 @@ ivshm_status_t ivshm_ep_commit(ivshm_ep_t *ep, const ivshm_rsv_t *rsv,
     struct cell *c = rsv->cell;
     if (len > rsv->len)
         len = rsv->len;
-    c->frag = rsv->frag >= 0 ? (uint32_t)rsv->frag : 0;
     publish(ep, p, rsv->peer, c, rsv->pos,
             rsv->frag >= 0 ? CELL_FRAG : CELL_INLINE, tag, (uint32_t)len, 0,
-            len);
+            len, rsv->frag >= 0 ? (uint32_t)rsv->frag : 0, 0);
     return IVSHM_OK;
 }
 
@@ -907,7 +924,7 @@ void ivshm_ep_cancel(ivshm_ep_t *ep, const ivshm_rsv_t *rsv)
     struct peer *p = ep->peers[rsv->peer];
     if (rsv->frag >= 0) /* hand the fragment back ourselves */
         atomic_fetch_add(&ep->fdone[rsv->frag], 1);
-    publish(ep, p, rsv->peer, rsv->cell, rsv->pos, CELL_NOP, 0, 0, 0, 0);
+    publish(ep, p, rsv->peer, rsv->cell, rsv->pos, CELL_NOP, 0, 0, 0, 0, 0, 0);
 }
 
 ivshm_status_t ivshm_ep_send_region(ivshm_ep_t *ep, uint32_t peer,
@@ -937,9 +954,9 @@ ivshm_status_t ivshm_ep_send_region(ivshm_ep_t *ep, uint32_t peer,
         if (spins > 300)
             spins = 64;
     }
-    c->aux = off;
     *ticket = ++p->region_tickets;
-    publish(ep, p, peer, c, pos, CELL_REGION, tag, (uint32_t)len, 0, len);
+    publish(ep, p, peer, c, pos, CELL_REGION, tag, (uint32_t)len, 0, len, 0,
+            off);
     return IVSHM_OK;
 }
 

@@ -1,0 +1,130 @@
+#!/bin/sh
+# Compares MPI transports between simulated VMs in one run, as ratios:
+#   ivshmem      2 VMs on one host, one rank each (btl self,vader,ivshmem,tcp)
+#   vader        2 ranks in one VM (native shared memory, single copy)
+#   vader-nocma  the same with btl_vader_single_copy_mechanism none
+#   tcp          2 VMs, btl self,tcp (the network path)
+#
+#   compare.sh [--quick] [--benches "latency bw ..."] [--osu DIR] [--out DIR]
+#              [--single-node]
+#
+# --single-node: no namespaces (machines without iproute2): both ranks in
+# one OS, pinned to two cores; ivshmem is forced with btl_ivshmem_same_vm,
+# tcp goes over loopback. Same four set-ups, same ratios.
+#
+# Benchmarks come from ivshm-osu (this tree) or, with --osu DIR, from a
+# user's OSU Micro-Benchmarks install (osu_latency, osu_bw, ...).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../tests/simvm/lib.sh"
+quick=0 osu="" out="" single=0 benches="latency bw bibw mlat put get allreduce bcast alltoall"
+while [ $# -gt 0 ]; do
+    case $1 in
+    --quick) quick=1; benches="latency bw" ;;
+    --benches) benches=$2; shift ;;
+    --osu) osu=$2; shift ;;
+    --out) out=$2; shift ;;
+    --single-node) single=1 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+work=$(mktemp -d)
+if [ -z "$osu" ]; then
+    mpicc -O2 "$here/ivshm_osu.c" -o "$work/ivshm-osu"
+fi
+if [ $single = 1 ]; then
+    trap 'rm -rf "$work" /dev/shm/ivshm-compare-$$' EXIT INT TERM
+    "$top_builddir/libivshm/tools/ivshm" format "file:/dev/shm/ivshm-compare-$$" --size 512M --force >/dev/null
+    IVSHM_REGION=file:/dev/shm/ivshm-compare-$$
+    export IVSHM_REGION
+    # one OS: the same mpirun options as the simulated VMs, cores pinned
+    simvm_mpirun() {
+        shift 2
+        mpirun --allow-run-as-root -np 2 --bind-to core --map-by core \
+            --mca mca_base_component_path "$top_builddir/mpi-plugin/.libs:$OMPI_SYS_COMPONENTS" \
+            --mca pml ob1 --mca osc pt2pt --mca btl_ivshmem_same_vm 1 \
+            -x IVSHM_REGION -x IVSHM_HELP_DIR "$@"
+    }
+else
+    [ "$(id -u)" = 0 ] || { echo "compare.sh: needs root (network namespaces)" >&2; exit 1; }
+    trap '"$SIMVM" down; rm -rf "$work"' EXIT INT TERM
+    "$SIMVM" up a:0 a:1
+    simvm_format 512M
+fi
+TWO=10.200.0.1:1,10.200.0.2:1
+
+osu_prog() {
+    case $1 in
+    latency) echo osu_latency ;; bw) echo osu_bw ;; bibw) echo osu_bibw ;;
+    mlat) echo osu_multi_lat ;; put) echo osu_put_latency ;; get) echo osu_get_latency ;;
+    *) echo "osu_$1" ;;
+    esac
+}
+
+run() { # setup bench -> $work/setup.bench (lines "size value")
+    setup=$1 bench=$2
+    case $setup in
+    ivshmem) hosts=$TWO
+        if [ $single = 1 ]; then set -- --mca btl self,ivshmem; else set -- --mca btl self,vader,ivshmem,tcp; fi ;;
+    vader) hosts=10.200.0.1:2; set -- --mca btl self,vader ;;
+    vader-nocma) hosts=10.200.0.1:2; set -- --mca btl self,vader --mca btl_vader_single_copy_mechanism none ;;
+    tcp) hosts=$TWO; set -- --mca btl self,tcp ;;
+    esac
+    if [ -n "$osu" ]; then
+        p=$(find "$osu" -name "$(osu_prog "$bench")" -type f | head -1)
+        [ -n "$p" ] || { echo "compare.sh: $(osu_prog "$bench") not under $osu" >&2; return 0; }
+        set -- "$@" "$p" -m "${MAXB:-4194304}"
+    else
+        set -- "$@" "$work/ivshm-osu" "$bench" -m "$MAXB" -r "$REPS"
+    fi
+    simvm_mpirun "$hosts" 2 "$@" 2>"$work/$setup.$bench.err" |
+        awk '/^[0-9]/ {print $1, $2}' >"$work/$setup.$bench" || true
+    [ -s "$work/$setup.$bench" ] || { echo "  ($setup $bench failed: $(tail -2 "$work/$setup.$bench.err" | tr '\n' ' '))" >&2; }
+}
+
+summary=""
+for bench in $benches; do
+    case $bench in
+    latency|mlat|put|get) MAXB=$([ $quick = 1 ] && echo 65536 || echo 4194304); unit=us ;;
+    bw|bibw) MAXB=4194304; unit=MB/s ;;
+    *) MAXB=$([ $quick = 1 ] && echo 65536 || echo 1048576); unit=us ;;
+    esac
+    REPS=$([ $quick = 1 ] && echo 5 || echo 11)
+    printf '\n=== %s (%s, median of %s runs)\n' "$bench" "$unit" "$REPS"
+    for s in ivshmem vader vader-nocma tcp; do
+        printf '  running %-12s\r' "$s" >&2
+        run "$s" "$bench"
+    done
+    printf '%-10s %12s %12s %12s %12s %10s %10s\n' bytes ivshmem vader vader-nocma tcp "ivs/vader" "ivs/tcp"
+    awk -v unit="$unit" '
+        FILENAME ~ /ivshmem/ {a[$1] = $2; if (!($1 in seen)) {seen[$1] = 1; order[n++] = $1}}
+        FILENAME ~ /\/vader\./ {b[$1] = $2}
+        FILENAME ~ /nocma/ {c[$1] = $2}
+        FILENAME ~ /tcp/ {d[$1] = $2}
+        END {
+            for (i = 0; i < n; i++) { k = order[i]
+                printf "%-10s %12s %12s %12s %12s %10s %10s\n", k, a[k], b[k], c[k], d[k],
+                    (b[k] > 0 ? sprintf("%.2f", a[k] / b[k]) : "-"),
+                    (d[k] > 0 ? sprintf("%.3f", a[k] / d[k]) : "-") }
+        }' "$work/ivshmem.$bench" "$work/vader.$bench" "$work/vader-nocma.$bench" "$work/tcp.$bench" |
+        tee "$work/table.$bench"
+    if [ -n "$out" ]; then
+        mkdir -p "$out"
+        sed 's/  */,/g' "$work/table.$bench" >"$out/$bench.csv"
+    fi
+    case $bench in
+    latency)
+        summary="$summary$(awk '$1 == 8 && $3 > 0 && $5 > 0 {
+            printf "8-byte latency: ivshmem %s us = %.2f x vader (target <= 1.10: %s), %.3f x tcp (target <= 0.10: %s)\n",
+                $2, $2 / $3, ($2 / $3 <= 1.10 ? "met" : "MISSED"), $2 / $5, ($2 / $5 <= 0.10 ? "met" : "MISSED") }' "$work/table.$bench")
+" ;;
+    bw)
+        summary="$summary$(awk 'NR > 1 { if ($2 > a) a = $2; if ($3 > b) b = $3; if ($5 > d) d = $5 }
+            END { if (b > 0) printf "peak bandwidth: ivshmem %.0f MB/s = %.2f x vader (target >= 0.70: %s), %.1f x tcp\n",
+                a, a / b, (a / b >= 0.70 ? "met" : "MISSED"), (d > 0 ? a / d : 0) }' "$work/table.$bench")
+" ;;
+    esac
+done
+printf '\n=== summary\n%s' "$summary"

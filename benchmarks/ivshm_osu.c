@@ -1,0 +1,244 @@
+/*
+ * ivshm-osu: OSU-style MPI micro-benchmarks in one program, for comparing
+ * transports in one run (see benchmarks/compare.sh).
+ *
+ *   ivshm-osu BENCH [-m MAXBYTES] [-i ITERS] [-r REPEATS]
+ *   BENCH: latency bw bibw mlat put get allreduce bcast alltoall
+ *
+ * Prints "bytes value" lines (latency in us one-way / per operation,
+ * bandwidth in MB/s); each value is the median of REPEATS runs of ITERS.
+ * -a: the buffers come from MPI_Alloc_mem.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int rank, size, iters = 0, repeats = 7, use_alloc_mem;
+static size_t maxb = 1 << 22;
+
+static int cmpd(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void *buf_alloc(size_t n)
+{
+    void *p;
+    if (use_alloc_mem) {
+        MPI_Alloc_mem((MPI_Aint)n, MPI_INFO_NULL, &p);
+    } else {
+        p = aligned_alloc(4096, (n + 4095) & ~(size_t)4095);
+    }
+    memset(p, 1, n);
+    return p;
+}
+
+static void buf_free(void *p)
+{
+    if (use_alloc_mem)
+        MPI_Free_mem(p);
+    else
+        free(p);
+}
+
+static int iters_for(size_t n, int small)
+{
+    if (iters)
+        return iters;
+    return n <= 8192 ? small : (int)(small * 8192 / n) + 4;
+}
+
+/* one measurement (seconds per iteration), run `repeats` times: median */
+typedef double (*bench_fn)(size_t n, int it, char *s, char *r);
+
+static double median_of(bench_fn f, size_t n, int it, char *s, char *r)
+{
+    double v[64];
+    f(n, it / 4 + 1, s, r); /* warm-up */
+    for (int k = 0; k < repeats; k++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        v[k] = f(n, it, s, r);
+    }
+    MPI_Bcast(v, repeats, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    qsort(v, (size_t)repeats, sizeof(double), cmpd);
+    return v[repeats / 2];
+}
+
+static double b_latency(size_t n, int it, char *s, char *r)
+{
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < it; i++) {
+        if (rank == 0) {
+            MPI_Send(s, (int)n, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
+            MPI_Recv(r, (int)n, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else if (rank == 1) {
+            MPI_Recv(r, (int)n, MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(s, (int)n, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
+        }
+    }
+    return (MPI_Wtime() - t0) / it / 2;
+}
+
+/* pairs (i, i + size/2) ping-pong at the same time */
+static double b_mlat(size_t n, int it, char *s, char *r)
+{
+    int half = size / 2, peer = rank < half ? rank + half : rank - half;
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < it && rank < 2 * half; i++) {
+        if (rank < half) {
+            MPI_Send(s, (int)n, MPI_CHAR, peer, 1, MPI_COMM_WORLD);
+            MPI_Recv(r, (int)n, MPI_CHAR, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(r, (int)n, MPI_CHAR, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(s, (int)n, MPI_CHAR, peer, 1, MPI_COMM_WORLD);
+        }
+    }
+    double t = (MPI_Wtime() - t0) / it / 2, avg;
+    MPI_Allreduce(&t, &avg, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return avg / size;
+}
+
+#define WINDOW 64
+static double b_bw_common(size_t n, int it, char *s, char *r, int bi)
+{
+    MPI_Request q[2 * WINDOW];
+    char ack;
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < it; i++) {
+        int k = 0;
+        if (rank == 0 || bi)
+            for (int w = 0; w < WINDOW; w++)
+                MPI_Isend(s, (int)n, MPI_CHAR, 1 - rank, 2, MPI_COMM_WORLD, &q[k++]);
+        if (rank == 1 || bi)
+            for (int w = 0; w < WINDOW; w++)
+                MPI_Irecv(r, (int)n, MPI_CHAR, 1 - rank, 2, MPI_COMM_WORLD, &q[k++]);
+        MPI_Waitall(k, q, MPI_STATUSES_IGNORE);
+        if (rank == 0)
+            MPI_Recv(&ack, 1, MPI_CHAR, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        else
+            MPI_Send(&ack, 1, MPI_CHAR, 0, 3, MPI_COMM_WORLD);
+    }
+    double t = MPI_Wtime() - t0;
+    return t / ((double)n * WINDOW * it * (bi ? 2 : 1)); /* s per byte */
+}
+static double b_bw(size_t n, int it, char *s, char *r) { return b_bw_common(n, it, s, r, 0); }
+static double b_bibw(size_t n, int it, char *s, char *r) { return b_bw_common(n, it, s, r, 1); }
+
+static MPI_Win win;
+static double b_put(size_t n, int it, char *s, char *r)
+{
+    (void)r;
+    double t0 = MPI_Wtime();
+    if (rank == 0)
+        for (int i = 0; i < it; i++) {
+            MPI_Win_lock(MPI_LOCK_SHARED, 1, 0, win);
+            MPI_Put(s, (int)n, MPI_CHAR, 1, 0, (int)n, MPI_CHAR, win);
+            MPI_Win_unlock(1, win);
+        }
+    return (MPI_Wtime() - t0) / it;
+}
+static double b_get(size_t n, int it, char *s, char *r)
+{
+    (void)s;
+    double t0 = MPI_Wtime();
+    if (rank == 0)
+        for (int i = 0; i < it; i++) {
+            MPI_Win_lock(MPI_LOCK_SHARED, 1, 0, win);
+            MPI_Get(r, (int)n, MPI_CHAR, 1, 0, (int)n, MPI_CHAR, win);
+            MPI_Win_unlock(1, win);
+        }
+    return (MPI_Wtime() - t0) / it;
+}
+
+static double b_allreduce(size_t n, int it, char *s, char *r)
+{
+    int cnt = (int)(n / sizeof(float));
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < it; i++)
+        MPI_Allreduce(s, r, cnt ? cnt : 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    return (MPI_Wtime() - t0) / it;
+}
+static double b_bcast(size_t n, int it, char *s, char *r)
+{
+    (void)r;
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < it; i++)
+        MPI_Bcast(s, (int)n, MPI_CHAR, 0, MPI_COMM_WORLD);
+    return (MPI_Wtime() - t0) / it;
+}
+static double b_alltoall(size_t n, int it, char *s, char *r)
+{
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < it; i++)
+        MPI_Alltoall(s, (int)n, MPI_CHAR, r, (int)n, MPI_CHAR, MPI_COMM_WORLD);
+    return (MPI_Wtime() - t0) / it;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const char *bench = argc > 1 ? argv[1] : "latency";
+    int c;
+    optind = 2;
+    while ((c = getopt(argc, argv, "m:i:r:a")) != -1) {
+        if (c == 'm')
+            maxb = strtoull(optarg, NULL, 0);
+        else if (c == 'i')
+            iters = atoi(optarg);
+        else if (c == 'r')
+            repeats = atoi(optarg) > 0 && atoi(optarg) <= 64 ? atoi(optarg) : 7;
+        else if (c == 'a')
+            use_alloc_mem = 1;
+    }
+    static const struct {
+        const char *name;
+        bench_fn fn;
+        int small_iters, bw, min_ranks, per_rank_buf;
+    } tab[] = {
+        {"latency", b_latency, 2000, 0, 2, 0}, {"bw", b_bw, 20, 1, 2, 0},
+        {"bibw", b_bibw, 20, 1, 2, 0},          {"mlat", b_mlat, 2000, 0, 2, 0},
+        {"put", b_put, 1000, 0, 2, 0},          {"get", b_get, 1000, 0, 2, 0},
+        {"allreduce", b_allreduce, 1000, 0, 2, 0},
+        {"bcast", b_bcast, 1000, 0, 2, 0},      {"alltoall", b_alltoall, 500, 0, 2, 1},
+    };
+    int b = -1;
+    for (size_t k = 0; k < sizeof(tab) / sizeof(tab[0]); k++)
+        if (strcmp(tab[k].name, bench) == 0)
+            b = (int)k;
+    if (b < 0 || size < tab[b].min_ranks) {
+        if (rank == 0)
+            fprintf(stderr, "usage: ivshm-osu latency|bw|bibw|mlat|put|get|"
+                            "allreduce|bcast|alltoall [-m MAX] [-i N] [-r R] "
+                            "[-a] (>= 2 ranks)\n");
+        MPI_Finalize();
+        return 2;
+    }
+    size_t bufn = tab[b].per_rank_buf ? maxb * (size_t)size : maxb;
+    char *s = buf_alloc(bufn), *r = buf_alloc(bufn);
+    int onesided = tab[b].fn == b_put || tab[b].fn == b_get;
+    if (onesided) {
+        void *base;
+        MPI_Win_allocate((MPI_Aint)maxb, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+    }
+    if (rank == 0)
+        printf("# ivshm-osu %s, %d ranks, %s (median of %d)\n", bench, size,
+               tab[b].bw ? "MB/s" : "us", repeats);
+    size_t start = tab[b].fn == b_allreduce ? 4 : 1;
+    for (size_t n = start; n <= maxb; n *= 2) {
+        double v = median_of(tab[b].fn, n, iters_for(n, tab[b].small_iters), s, r);
+        if (rank == 0)
+            printf("%zu %.3f\n", n, tab[b].bw ? 1.0 / v / 1e6 : v * 1e6);
+        fflush(stdout);
+    }
+    if (onesided)
+        MPI_Win_free(&win);
+    buf_free(s);
+    buf_free(r);
+    MPI_Finalize();
+    return 0;
+}
