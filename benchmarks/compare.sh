@@ -75,7 +75,7 @@ run() { # setup bench -> $work/setup.bench (lines "size value")
     if [ -n "$osu" ]; then
         p=$(find "$osu" -name "$(osu_prog "$bench")" -type f | head -1)
         [ -n "$p" ] || { echo "compare.sh: $(osu_prog "$bench") not under $osu" >&2; return 0; }
-        set -- "$@" "$p" -m "${MAXB:-4194304}"
+        set -- "$@" "$p" -m "$MAXB"
     else
         set -- "$@" "$work/ivshm-osu" "$bench" -m "$MAXB" -r "$REPS"
     fi

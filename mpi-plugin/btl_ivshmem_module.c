@@ -266,18 +266,30 @@ void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m)
     mca_btl_base_segment_t seg;
     seg.seg_addr.pval = (void *)m->data;
     seg.seg_len = m->len;
-    mca_btl_base_descriptor_t des;
-    memset(&des, 0, sizeof(des));
-    des.des_segments = &seg;
-    des.des_segment_count = 1;
     struct mca_btl_base_endpoint_t *ep =
         m->sender < C->npeers ? C->peers[m->sender] : NULL;
     if (ep) {
         ep->recvs++;
         ep->bytes_in += m->len;
     }
+#if BTL_VERSION >= 330
+    /* Open MPI 5.x (BTL 3.3): a receive descriptor replaces the descriptor */
+    mca_btl_base_receive_descriptor_t rd = {
+        .endpoint = ep,
+        .des_segments = &seg,
+        .des_segment_count = 1,
+        .tag = (mca_btl_base_tag_t)m->tag,
+        .cbdata = reg->cbdata,
+    };
+    reg->cbfunc(&mca_btl_ivshmem_module.super, &rd);
+#else
+    mca_btl_base_descriptor_t des;
+    memset(&des, 0, sizeof(des));
+    des.des_segments = &seg;
+    des.des_segment_count = 1;
     reg->cbfunc(&mca_btl_ivshmem_module.super, (mca_btl_base_tag_t)m->tag,
                 &des, reg->cbdata);
+#endif
 }
 
 mca_btl_ivshmem_module_t mca_btl_ivshmem_module = {
