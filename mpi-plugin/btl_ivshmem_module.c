@@ -237,7 +237,14 @@ static int ivshmem_sendi(struct mca_btl_base_module_t *btl,
         return status_to_opal(st);
     memcpy(buf, header, header_size);
     size_t packed = 0;
-    if (payload_size) {
+    if (payload_size && !opal_convertor_need_buffers(convertor)) {
+        /* contiguous data: one memcpy, no pack machinery (ob1 is done with
+         * the convertor once sendi succeeds) */
+        void *data;
+        opal_convertor_get_current_pointer(convertor, &data);
+        memcpy((char *)buf + header_size, data, payload_size);
+        packed = payload_size;
+    } else if (payload_size) {
         struct iovec iov = {(char *)buf + header_size, payload_size};
         uint32_t iov_count = 1;
         packed = payload_size;

@@ -60,6 +60,7 @@ struct ep_ctl {
     _Atomic uint64_t head IVSHM_ALIGNED;   /* producers: claim by CAS */
     _Atomic uint64_t tail IVSHM_ALIGNED;   /* consumer: released up to */
     _Atomic uint64_t notify IVSHM_ALIGNED; /* bit 0 armed, rest counter */
+    _Atomic uint32_t may_block; /* set before the receiver's first wait */
     /* rx stats, written by the owner only */
     _Atomic uint64_t msgs_in IVSHM_ALIGNED;
     _Atomic uint64_t bytes_in;

@@ -62,6 +62,7 @@ struct peer {
     struct fbox_hdr *tx_fbox_hdr;
     uint64_t tx_fbox_pos, tx_fbox_tail;
     uint64_t region_tickets;
+    bool peer_may_block; /* it has blocked once: wake it with a fence */
     /* we receive from it */
     uint32_t pseq_in;
     char *rx_fbox; /* fast box we granted it */
@@ -629,26 +630,35 @@ ivshm_status_t ivshm_ep_connect(ivshm_ep_t *ep, const uint8_t *addr,
     atomic_store_explicit(&(ep)->ctl->field, (ep)->st.field += (by),         \
                           memory_order_relaxed)
 
-/* N0 needs the publish ordered before the notify load (store-load). A
- * release store plus a full fence is the cheaper way on x86; GCC's TSan
- * cannot model fences, so its builds use a seq_cst store instead. */
+/* N0 needs the publish ordered before the notify load (store-load): a full
+ * fence, paid only towards receivers that ever block (may_block). Polling
+ * receivers (MPI) never arm, so their senders skip it. A receiver sets
+ * may_block before its first wait and bounds that first wait (GRACE_NS),
+ * since a sender may not have seen the flag yet; after that no wake-up can
+ * be lost. GCC's TSan cannot model fences: its builds use a seq_cst store. */
+#define GRACE_NS 1000000ull
 #if defined(__SANITIZE_THREAD__)
 static inline void publish_seq(_Atomic uint64_t *seq, uint64_t v)
 {
     atomic_store_explicit(seq, v, memory_order_seq_cst);
 }
+#define STORE_LOAD_FENCE() ((void)0)
 #else
 static inline void publish_seq(_Atomic uint64_t *seq, uint64_t v)
 {
     atomic_store_explicit(seq, v, memory_order_release);
-    atomic_thread_fence(memory_order_seq_cst);
 }
+#define STORE_LOAD_FENCE() atomic_thread_fence(memory_order_seq_cst)
 #endif
 
 static void wake(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
 {
-    /* N0: the publish is ordered before this seq_cst load (publish_seq);
-     * pairs with the arming CAS in ivshm_ep_wait */
+    if (!p->peer_may_block) {
+        if (!atomic_load_explicit(&p->ctl->may_block, memory_order_relaxed))
+            return;
+        p->peer_may_block = true; /* it stays a blocking receiver */
+    }
+    STORE_LOAD_FENCE(); /* N0: publish before the notify load */
     uint64_t w = atomic_load_explicit(&p->ctl->notify, memory_order_seq_cst);
     if ((w & 1) && atomic_compare_exchange_strong(&p->ctl->notify, &w,
                                                   (w + 2) & ~1ull)) {
@@ -1294,21 +1304,38 @@ int ivshm_ep_progress(ivshm_ep_t *ep)
 ivshm_status_t ivshm_ep_wait(ivshm_ep_t *ep, int timeout_ms)
 {
     _Atomic uint64_t *nw = &ep->ctl->notify;
-    uint64_t w = atomic_load(nw);
-    /* N0 (receiver side): arm, then re-check the queues */
-    while (!(w & 1) && !atomic_compare_exchange_weak(nw, &w, w | 1))
-        ;
-    w |= 1;
-    if (ivshm_ep_progress(ep) > 0) {
-        atomic_compare_exchange_strong(nw, &w, w & ~1ull);
-        return IVSHM_OK;
+    uint64_t grace = UINT64_MAX;
+    if (!atomic_load_explicit(&ep->ctl->may_block, memory_order_relaxed)) {
+        atomic_store(&ep->ctl->may_block, 1);
+        grace = GRACE_NS; /* senders may not see the flag yet: see wake() */
     }
-    uint64_t t = timeout_ms < 0 ? UINT64_MAX : (uint64_t)timeout_ms * 1000000ull;
-    ivshm_status_t st =
-        ep->notifier.wait(ep->notifier.ctx, (const volatile uint64_t *)nw, w, t);
-    uint64_t cur = w;
-    atomic_compare_exchange_strong(nw, &cur, w & ~1ull); /* disarm */
-    return st;
+    uint64_t now = ivshm__mono_ns();
+    uint64_t deadline =
+        timeout_ms < 0 ? UINT64_MAX : now + (uint64_t)timeout_ms * 1000000ull;
+    for (;;) {
+        uint64_t w = atomic_load(nw);
+        /* N0 (receiver side): arm, then re-check the queues */
+        while (!(w & 1) && !atomic_compare_exchange_weak(nw, &w, w | 1))
+            ;
+        w |= 1;
+        if (ivshm_ep_progress(ep) > 0) {
+            atomic_compare_exchange_strong(nw, &w, w & ~1ull);
+            return IVSHM_OK;
+        }
+        uint64_t t = deadline == UINT64_MAX ? UINT64_MAX : deadline - now;
+        if (grace < t)
+            t = grace;
+        ivshm_status_t st = ep->notifier.wait(
+            ep->notifier.ctx, (const volatile uint64_t *)nw, w, t);
+        uint64_t cur = w;
+        atomic_compare_exchange_strong(nw, &cur, w & ~1ull); /* disarm */
+        if (st == IVSHM_OK)
+            return IVSHM_OK;
+        now = ivshm__mono_ns();
+        if (now >= deadline)
+            return IVSHM_ERR_AGAIN;
+        grace = UINT64_MAX; /* after the first round, every sender fences */
+    }
 }
 
 void ivshm_ep_stats(const ivshm_ep_t *ep, ivshm_ep_stats_t *s)
