@@ -82,7 +82,6 @@ typedef struct mca_btl_base_endpoint_t mca_btl_base_endpoint_t;
 typedef struct mca_btl_ivshmem_frag_t {
     mca_btl_base_descriptor_t base;
     mca_btl_base_segment_t segment;
-    struct mca_btl_base_endpoint_t *endpoint;
 } mca_btl_ivshmem_frag_t;
 OBJ_CLASS_DECLARATION(mca_btl_ivshmem_frag_t);
 

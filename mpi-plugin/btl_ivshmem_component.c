@@ -44,19 +44,24 @@ static void frag_construct(mca_btl_ivshmem_frag_t *f)
 {
     f->base.des_segments = &f->segment;
     f->base.des_segment_count = 1;
-    f->endpoint = NULL;
 }
 OBJ_CLASS_INSTANCE(mca_btl_ivshmem_frag_t, mca_btl_base_descriptor_t,
                    frag_construct, NULL);
 
-static int reg_uint(const char *name, const char *doc, unsigned *storage,
-                    unsigned def, int level)
+static void reg_var(const char *name, const char *doc, mca_base_var_type_t type,
+                    int level, mca_base_var_scope_t scope, void *storage)
+{
+    mca_base_component_var_register(&mca_btl_ivshmem_component.super.btl_version,
+                                    name, doc, type, NULL, 0, 0, level, scope,
+                                    storage);
+}
+
+static void reg_uint(const char *name, const char *doc, unsigned *storage,
+                     unsigned def)
 {
     *storage = def;
-    return mca_base_component_var_register(
-        &mca_btl_ivshmem_component.super.btl_version, name, doc,
-        MCA_BASE_VAR_TYPE_UNSIGNED_INT, NULL, 0, 0, level,
-        MCA_BASE_VAR_SCOPE_READONLY, storage);
+    reg_var(name, doc, MCA_BASE_VAR_TYPE_UNSIGNED_INT, OPAL_INFO_LVL_5,
+            MCA_BASE_VAR_SCOPE_READONLY, storage);
 }
 
 static int ivshmem_register(void)
@@ -64,48 +69,43 @@ static int ivshmem_register(void)
     mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
     const char *env = getenv(IVSHM_ENV_REGION);
     c->region = (char *)(env && *env ? env : IVSHM_DEFAULT_URI);
-    mca_base_component_var_register(
-        &c->super.btl_version, "region",
-        "Shared region to use: pci:auto (the only ivshmem device of this VM), "
-        "pci:DDDD:BB:DD.F, or file:PATH (a host file, as in simulated VMs); "
-        "default $IVSHM_REGION, else pci:auto",
-        MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_3,
-        MCA_BASE_VAR_SCOPE_READONLY, &c->region);
+    reg_var("region",
+            "Shared region to use: pci:auto (the only ivshmem device of this "
+            "VM), pci:DDDD:BB:DD.F, or file:PATH (a host file, as in "
+            "simulated VMs); default $IVSHM_REGION, else pci:auto",
+            MCA_BASE_VAR_TYPE_STRING, OPAL_INFO_LVL_3,
+            MCA_BASE_VAR_SCOPE_READONLY, &c->region);
     c->same_vm = 0;
-    mca_base_component_var_register(
-        &c->super.btl_version, "same_vm",
-        "Also carry traffic between processes of the same VM (for testing; "
-        "vader/sm is faster there)",
-        MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5,
-        MCA_BASE_VAR_SCOPE_READONLY, &c->same_vm);
+    reg_var("same_vm",
+            "Also carry traffic between processes of the same VM (for "
+            "testing; vader/sm is faster there)",
+            MCA_BASE_VAR_TYPE_BOOL, OPAL_INFO_LVL_5,
+            MCA_BASE_VAR_SCOPE_READONLY, &c->same_vm);
     c->verbose = 0;
-    mca_base_component_var_register(
-        &c->super.btl_version, "verbose",
-        "Verbosity: 1 = why peers are (not) reached and why the component "
-        "steps aside, 2 = more",
-        MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_5,
-        MCA_BASE_VAR_SCOPE_LOCAL, &c->verbose);
+    reg_var("verbose",
+            "Verbosity: 1 = why peers are (not) reached and why the component "
+            "steps aside, 2 = more",
+            MCA_BASE_VAR_TYPE_INT, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_LOCAL,
+            &c->verbose);
     c->stats = 0;
-    mca_base_component_var_register(
-        &c->super.btl_version, "stats",
-        "Print per-peer message counters of this BTL at finalize",
-        MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5,
-        MCA_BASE_VAR_SCOPE_LOCAL, &c->stats);
+    reg_var("stats", "Print per-peer message counters of this BTL at finalize",
+            MCA_BASE_VAR_TYPE_BOOL, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_LOCAL,
+            &c->stats);
     ivshm_ep_config_t d;
     ivshm_ep_config_init(&d);
     reg_uint("fifo_cells", "Cells of each process' receive FIFO (power of two)",
-             &c->fifo_cells, d.fifo_cells, OPAL_INFO_LVL_5);
+             &c->fifo_cells, d.fifo_cells);
     reg_uint("fbox_size", "Cells per fast box (power of two; 0 disables fast "
                           "boxes)",
-             &c->fbox_size, d.fbox_cells, OPAL_INFO_LVL_5);
+             &c->fbox_size, d.fbox_cells);
     reg_uint("fbox_threshold",
              "Messages to a peer before a fast box is requested",
-             &c->fbox_threshold, d.fbox_threshold, OPAL_INFO_LVL_5);
+             &c->fbox_threshold, d.fbox_threshold);
     reg_uint("frag_size", "Bytes per send fragment (power of two); bounds "
                           "btl_ivshmem_max_send_size",
-             &c->frag_size, d.frag_size, OPAL_INFO_LVL_5);
+             &c->frag_size, d.frag_size);
     reg_uint("frag_count", "Send fragments per process", &c->frag_count,
-             d.frag_count, OPAL_INFO_LVL_5);
+             d.frag_count);
 
     mca_btl_base_module_t *m = &mca_btl_ivshmem_module.super;
     m->btl_exclusivity = MCA_BTL_EXCLUSIVITY_HIGH / 2; /* > net, < vader */

@@ -145,7 +145,7 @@ ivshmem_alloc(struct mca_btl_base_module_t *btl,
     f->base.des_segment_count = 1;
     f->base.des_flags = flags;
     f->base.order = MCA_BTL_NO_ORDER;
-    f->endpoint = endpoint;
+    (void)endpoint;
     return &f->base;
 }
 

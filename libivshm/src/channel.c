@@ -209,9 +209,7 @@ ivshm_status_t ivshm_domain_join(ivshm_region_t *r, const char *key,
     d->dir = (struct dir_entry *)((char *)ivshm_region_base(r) +
                                   ivshm_job_area_off(d->job));
     d->job_idx = ivshm_job_index(d->job);
-    ivshm_job_info_t ji;
-    ivshm_region_job(r, d->job_idx, &ji);
-    d->job_gen = ji.gen;
+    d->job_gen = ivshm__job_gen(d->job);
     snprintf(d->key, sizeof(d->key), "%s", key);
     *out = d;
     return IVSHM_OK;
@@ -259,8 +257,7 @@ static bool owned_by(ivshm_region_t *r, uint64_t off, uint64_t len,
                      uint32_t slot, uint32_t gen)
 {
     const struct ivshm_geom *g = &r->g;
-    uint64_t heap_end = g->heap_off + ((uint64_t)g->chunk_count << g->chunk_shift);
-    if (off < g->heap_off || off >= heap_end || len > heap_end - off)
+    if (!ivshm__in_heap(g, off, len))
         return false;
     uint64_t tag = OWNER_TAG(OWNER_PROC, slot, gen);
     uint32_t first = (uint32_t)((off - g->heap_off) >> g->chunk_shift);
@@ -761,6 +758,21 @@ static void publish(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
     wake(ep, p, idx);
 }
 
+/* Asks for a fast box once the pair is hot. */
+static void maybe_ask_fbox(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
+{
+    if (p->fbox_asked || !ep->cfg.fbox_cells ||
+        ++p->sends < ep->cfg.fbox_threshold)
+        return;
+    uint64_t pos;
+    bool fifo;
+    struct cell *c = claim_cell(ep, p, &pos, &fifo);
+    if (!c)
+        return;
+    p->fbox_asked = true;
+    publish(ep, p, idx, c, pos, CELL_FBOX_REQ, 0, 0, 0, 0, 0, 0);
+}
+
 static ivshm_status_t tx_peer(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
 {
     struct peer *p = idx < ep->d->max_eps ? ep->peers[idx] : NULL;
@@ -777,19 +789,14 @@ static ivshm_status_t tx_peer(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
     return IVSHM_OK;
 }
 
-/* Asks for a fast box once the pair is hot. */
-static void maybe_ask_fbox(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
+/* Every new message starts here: a live peer, and a fast box asked for
+ * once the pair is hot. */
+static ivshm_status_t tx_begin(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
 {
-    if (p->fbox_asked || !ep->cfg.fbox_cells ||
-        ++p->sends < ep->cfg.fbox_threshold)
-        return;
-    uint64_t pos;
-    bool fifo;
-    struct cell *c = claim_cell(ep, p, &pos, &fifo);
-    if (!c)
-        return;
-    p->fbox_asked = true;
-    publish(ep, p, idx, c, pos, CELL_FBOX_REQ, 0, 0, 0, 0, 0, 0);
+    ivshm_status_t st = tx_peer(ep, idx, out);
+    if (st == IVSHM_OK)
+        maybe_ask_fbox(ep, *out, idx);
+    return st;
 }
 
 static int take_frag(ivshm_ep_t *ep)
@@ -839,15 +846,14 @@ static ivshm_status_t send_piece(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
 ivshm_status_t ivshm_ep_try_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
                                  const void *buf, size_t len)
 {
-    struct peer *p;
-    ivshm_status_t st = tx_peer(ep, peer, &p);
-    if (st != IVSHM_OK)
-        return st;
     if (len > ep->cfg.frag_size)
         return ivshm__fail(IVSHM_ERR_INVAL,
                            "%zu bytes exceed one fragment; use ivshm_ep_send",
                            len);
-    maybe_ask_fbox(ep, p, peer);
+    struct peer *p;
+    ivshm_status_t st = tx_begin(ep, peer, &p);
+    if (st != IVSHM_OK)
+        return st;
     return send_piece(ep, p, peer, tag, buf, (uint32_t)len, 0, len);
 }
 
@@ -855,10 +861,9 @@ ivshm_status_t ivshm_ep_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
                              const void *buf, size_t len)
 {
     struct peer *p;
-    ivshm_status_t st = tx_peer(ep, peer, &p);
+    ivshm_status_t st = tx_begin(ep, peer, &p);
     if (st != IVSHM_OK)
         return st;
-    maybe_ask_fbox(ep, p, peer);
     size_t done = 0;
     unsigned spins = 0;
     do {
@@ -888,14 +893,13 @@ ivshm_status_t ivshm_ep_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
 ivshm_status_t ivshm_ep_reserve(ivshm_ep_t *ep, uint32_t peer, size_t len,
                                 void **buf, ivshm_rsv_t *rsv)
 {
-    struct peer *p;
-    ivshm_status_t st = tx_peer(ep, peer, &p);
-    if (st != IVSHM_OK)
-        return st;
     if (len > ep->cfg.frag_size)
         return ivshm__fail(IVSHM_ERR_INVAL, "%zu bytes exceed one fragment",
                            len);
-    maybe_ask_fbox(ep, p, peer);
+    struct peer *p;
+    ivshm_status_t st = tx_begin(ep, peer, &p);
+    if (st != IVSHM_OK)
+        return st;
     int f = -1;
     if (len > p->g.cell_size - CELL_HDR && (f = take_frag(ep)) < 0)
         return IVSHM_ERR_AGAIN;
@@ -941,17 +945,16 @@ ivshm_status_t ivshm_ep_send_region(ivshm_ep_t *ep, uint32_t peer,
                                     uint32_t tag, uint64_t off, size_t len,
                                     uint64_t *ticket)
 {
-    struct peer *p;
-    ivshm_status_t st = tx_peer(ep, peer, &p);
-    if (st != IVSHM_OK)
-        return st;
     if (len > UINT32_MAX ||
         !owned_by(ep->r, off, len, ep->r->slot, ep->r->gen))
         return ivshm__fail(IVSHM_ERR_INVAL,
                            "buffer [%llu, +%zu) is not this process' region "
                            "memory",
                            (unsigned long long)off, len);
-    maybe_ask_fbox(ep, p, peer);
+    struct peer *p;
+    ivshm_status_t st = tx_begin(ep, peer, &p);
+    if (st != IVSHM_OK)
+        return st;
     uint64_t pos;
     bool fifo;
     struct cell *c;
@@ -1055,10 +1058,15 @@ static void release_fbox(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
 
 /* Validates one published cell (already copied header) and delivers it.
  * Returns false if it must wait (not its turn in the pair's order). */
-static bool deliver(ivshm_ep_t *ep, const struct cell *shared)
+/* expect: the only sender this queue may carry (a fast box), or -1. */
+static bool deliver(ivshm_ep_t *ep, const struct cell *shared, int expect)
 {
     struct cell c;
     memcpy(&c, shared, CELL_HDR); /* read once */
+    if (expect >= 0 && c.sender != (uint32_t)expect) {
+        drop(ep); /* a fast-box cell from another sender is a forgery */
+        return true;
+    }
     struct peer *p = get_peer(ep, c.sender);
     if (!p) {
         drop(ep); /* unknown or dead sender */
@@ -1181,7 +1189,7 @@ static int poll_fifo(ivshm_ep_t *ep, int budget)
         struct cell *c = fifo_cell(ep, pd->pos);
         bool done;
         if (atomic_load_explicit(&c->seq, memory_order_acquire) == pd->pos + 1) {
-            done = deliver(ep, c);
+            done = deliver(ep, c, -1);
             n += done;
         } else {
             if (!now)
@@ -1202,7 +1210,7 @@ static int poll_fifo(ivshm_ep_t *ep, int budget)
         uint64_t pos = ep->rx_pos;
         struct cell *c = fifo_cell(ep, pos);
         if (atomic_load_explicit(&c->seq, memory_order_acquire) == pos + 1) {
-            if (deliver(ep, c)) {
+            if (deliver(ep, c, -1)) {
                 n++;
                 ep->rx_pos++;
                 continue;
@@ -1247,12 +1255,8 @@ static int poll_fboxes(ivshm_ep_t *ep, int budget)
                 (struct cell *)(p->rx_fbox + (pos & (cells - 1)) * ep->g.cell_size);
             if (atomic_load_explicit(&c->seq, memory_order_acquire) != pos + 1)
                 break;
-            /* a fast box cell from another sender is a forgery */
-            if (c->sender != ep->active[i]) {
-                drop(ep);
-            } else if (!deliver(ep, c)) {
+            if (!deliver(ep, c, (int)ep->active[i]))
                 break; /* its FIFO predecessors first */
-            }
             p->rx_fbox_pos++;
             n++;
             k++;

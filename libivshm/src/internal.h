@@ -192,6 +192,13 @@ void ivshm__cpu_relax(void);
 void ivshm__backoff(unsigned *spins);
 
 /* region.c */
+/* Is [off, off+len) inside the heap described by g (validated geometry)? */
+static inline bool ivshm__in_heap(const struct ivshm_geom *g, uint64_t off,
+                                  uint64_t len)
+{
+    uint64_t end = g->heap_off + ((uint64_t)g->chunk_count << g->chunk_shift);
+    return off >= g->heap_off && off < end && len <= end - off;
+}
 ivshm_status_t ivshm__validate_header(const struct ivshm_hdr *h,
                                       uint64_t map_size,
                                       struct ivshm_geom *g);
@@ -229,6 +236,7 @@ ivshm_status_t ivshm__free_tagged(ivshm_region_t *r, uint64_t off,
 
 /* job.c */
 unsigned ivshm__job_gc(ivshm_region_t *r, unsigned *chunks);
+uint32_t ivshm__job_gen(const ivshm_job_t *j);
 bool ivshm__is_member(struct ivshm_reg_slot *p, uint32_t idx, uint32_t gen);
 
 #endif

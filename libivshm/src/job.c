@@ -121,9 +121,7 @@ static ivshm_status_t load_area(ivshm_region_t *r, uint32_t i, uint32_t gen,
     struct ivshm_job_slot *s = ivshm__jobs(r, i);
     uint64_t o = atomic_load(&s->area_off);
     uint64_t sz = s->area_size;
-    uint64_t heap_end =
-        r->g.heap_off + ((uint64_t)r->g.chunk_count << r->g.chunk_shift);
-    if (o < r->g.heap_off || o >= heap_end || sz > heap_end - o ||
+    if (!ivshm__in_heap(&r->g, o, sz) ||
         (o - r->g.heap_off) & ((1ull << r->g.chunk_shift) - 1))
         return ivshm__fail(IVSHM_ERR_CORRUPT,
                            "job slot %u: area [%llu, +%llu) is outside the "
@@ -331,3 +329,4 @@ void ivshm_job_leave(ivshm_job_t *j)
 uint64_t ivshm_job_area_off(const ivshm_job_t *j) { return j->area_off; }
 uint64_t ivshm_job_area_size(const ivshm_job_t *j) { return j->area_size; }
 uint32_t ivshm_job_index(const ivshm_job_t *j) { return j->idx; }
+uint32_t ivshm__job_gen(const ivshm_job_t *j) { return j->gen; }

@@ -526,11 +526,11 @@ ivshm_status_t ivshm_region_check(ivshm_region_t *r, ivshm_report_fn report,
                        "registry slot %u: job index %u out of range", i, job);
         }
     }
-    uint64_t heap_end = g.heap_off + ((uint64_t)g.chunk_count << g.chunk_shift);
     for (uint32_t i = 0; i < g.job_slots; i++) {
         struct ivshm_job_slot *s = ivshm__jobs(r, i);
         uint64_t w = atomic_load(&s->word);
         uint64_t off = atomic_load(&s->area_off);
+        uint64_t size = s->area_size;
         if (JOB_STATE(w) > SLOT_RECLAIMING) {
             REPORT(IVSHM_ERR_CORRUPT, "job slot %u: state %u unknown", i,
                    JOB_STATE(w));
@@ -538,12 +538,11 @@ ivshm_status_t ivshm_region_check(ivshm_region_t *r, ivshm_report_fn report,
         }
         if (JOB_STATE(w) != SLOT_ALIVE || off == 0)
             continue;
-        if (off < g.heap_off || off >= heap_end ||
-            (off - g.heap_off) % (1ull << g.chunk_shift) ||
-            s->area_size > heap_end - off) {
+        if (!ivshm__in_heap(&g, off, size) ||
+            (off - g.heap_off) % (1ull << g.chunk_shift)) {
             REPORT(IVSHM_ERR_CORRUPT,
                    "job slot %u: area [%llu, +%llu) outside the heap", i,
-                   (unsigned long long)off, (unsigned long long)s->area_size);
+                   (unsigned long long)off, (unsigned long long)size);
             continue;
         }
         uint32_t c = (uint32_t)((off - g.heap_off) >> g.chunk_shift);

@@ -11,6 +11,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -228,10 +229,13 @@ ivshm_status_t ivshm_lease_start_thread(ivshm_region_t *r)
 
 /* Decides whether a slot may be reclaimed; see file comment. The identity
  * fields (vm_id, pid, start_time) are only complete once ALIVE is
- * published, so a CLAIMING slot expires by timeout alone. */
+ * published, so a CLAIMING slot expires by timeout alone. *by_pid says the
+ * decision rests on this VM's pid table (no heartbeat re-check needed). */
 static bool lease_dead(ivshm_region_t *r, struct ivshm_reg_slot *s,
-                       unsigned state, uint64_t now, uint64_t timeout_ns)
+                       unsigned state, uint64_t now, uint64_t timeout_ns,
+                       bool *by_pid)
 {
+    *by_pid = false;
     uint64_t hb = atomic_load_explicit(&s->heartbeat_ns, memory_order_acquire);
     if (hb == 0) {
         /* Claimed but not yet stamped: start the clock now so that a
@@ -240,8 +244,13 @@ static bool lease_dead(ivshm_region_t *r, struct ivshm_reg_slot *s,
         atomic_compare_exchange_strong(&s->heartbeat_ns, &zero, now);
         return false;
     }
-    if (state == SLOT_ALIVE && s->vm_id == r->vm_id && s->pid != 0)
-        return ivshm__pid_dead(s->pid, s->start_time);
+    /* read once: another VM may rewrite them while we decide */
+    uint64_t vm = s->vm_id, start = s->start_time;
+    uint32_t pid = s->pid;
+    if (state == SLOT_ALIVE && vm == r->vm_id && pid != 0 && pid <= INT32_MAX) {
+        *by_pid = true;
+        return ivshm__pid_dead(pid, start);
+    }
     return now > hb && now - hb > timeout_ns;
 }
 
@@ -270,16 +279,16 @@ static unsigned reclaim_procs(ivshm_region_t *r, unsigned *chunks)
         }
         if (st != SLOT_ALIVE && st != SLOT_CLAIMING)
             continue;
-        if (!lease_dead(r, s, st, now, timeout_ns))
+        bool by_pid;
+        if (!lease_dead(r, s, st, now, timeout_ns, &by_pid))
             continue;
         if (!atomic_compare_exchange_strong(&s->word, &w,
                                             SLOT_WORD(gen, SLOT_RECLAIMING)))
             continue;
-        bool same_vm = st == SLOT_ALIVE && s->vm_id == r->vm_id && s->pid != 0;
         /* L1: re-read the heartbeat after our claim; see L0. */
         uint64_t hb = atomic_load(&s->heartbeat_ns);
         now = ivshm__now_ns();
-        if (!same_vm && hb > now - timeout_ns) {
+        if (!by_pid && hb > now - timeout_ns) {
             uint64_t mine = SLOT_WORD(gen, SLOT_RECLAIMING);
             atomic_compare_exchange_strong(&s->word, &mine, w);
             continue;

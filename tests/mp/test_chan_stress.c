@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -144,6 +145,41 @@ static void wait_codes(pid_t *pids, int n)
     }
 }
 
+/* Forks sender s: endpoint s, sends `count` messages to endpoint 0. */
+static pid_t spawn_sender(int s, const ivshm_ep_config_t *cfg,
+                          void (*hook)(void), uint32_t count)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct proc p;
+        uint32_t peer;
+        ivshm__test_after_claim = hook;
+        int rc = proc_open(&p, s, cfg);
+        if (!rc)
+            rc = connect_to(&p, 0, &peer);
+        _exit(rc ? rc : send_all(&p, (uint32_t)s, peer, count));
+    }
+    return pid;
+}
+
+/* Receives until senders first..last have delivered everything (and, with
+ * want_dead, a dead peer was reported); false on timeout. */
+static bool serve_until(struct proc *p, int first, int last, bool want_dead)
+{
+    time_t end = time(NULL) + 120;
+    while (time(NULL) < end) {
+        uint64_t got = 0;
+        for (int s = first; s <= last; s++)
+            got += p->rx.next_seq[s];
+        if (got == (uint64_t)(last - first + 1) * nmsgs &&
+            (!want_dead || p->dead_events))
+            return true;
+        if (ivshm_ep_progress(p->ep) == 0)
+            ivshm_ep_wait(p->ep, 5);
+    }
+    return false;
+}
+
 static void test_many_to_one(void **state)
 {
     (void)state;
@@ -155,17 +191,8 @@ static void test_many_to_one(void **state)
         int rc = proc_open(&p, 0, NULL);
         _exit(rc ? rc : receive_until(&p, (uint64_t)NS * nmsgs, 600));
     }
-    for (int s = 1; s <= NS; s++) {
-        pids[s] = fork();
-        if (pids[s] == 0) {
-            struct proc p;
-            uint32_t peer;
-            int rc = proc_open(&p, s, NULL);
-            if (!rc)
-                rc = connect_to(&p, 0, &peer);
-            _exit(rc ? rc : send_all(&p, (uint32_t)s, peer, nmsgs));
-        }
-    }
+    for (int s = 1; s <= NS; s++)
+        pids[s] = spawn_sender(s, NULL, NULL, nmsgs);
     wait_codes(pids, NS + 1);
 }
 
@@ -238,37 +265,18 @@ static void test_sigstop_sender(void **state)
         struct proc p;
         int rc = proc_open(&p, 0, NULL);
         /* senders 2..NS complete while sender 1 is stopped */
-        time_t end = time(NULL) + 120;
-        while (!rc && time(NULL) < end) {
-            uint64_t others = 0;
-            for (int s = 2; s <= NS; s++)
-                others += p.rx.next_seq[s];
-            if (others == (uint64_t)(NS - 1) * nmsgs)
-                break;
-            if (ivshm_ep_progress(p.ep) == 0)
-                ivshm_ep_wait(p.ep, 5);
-        }
+        if (!rc && !serve_until(&p, 2, NS, false))
+            rc = 97;
         if (!rc && write(others_done[1], "x", 1) != 1)
             rc = 98;
         _exit(rc ? rc : receive_until(&p, (uint64_t)NS * nmsgs, 120));
     }
-    for (int s = 1; s <= NS; s++) {
-        pids[s] = fork();
-        if (pids[s] == 0) {
-            struct proc p;
-            ivshm_ep_config_t cfg;
-            ivshm_ep_config_init(&cfg);
-            if (s == 1) {
-                cfg.fbox_threshold = 1u << 30; /* stay on the FIFO */
-                ivshm__test_after_claim = stop_on_100th_claim;
-            }
-            uint32_t peer;
-            int rc = proc_open(&p, s, &cfg);
-            if (!rc)
-                rc = connect_to(&p, 0, &peer);
-            _exit(rc ? rc : send_all(&p, (uint32_t)s, peer, nmsgs));
-        }
-    }
+    ivshm_ep_config_t fifo_only;
+    ivshm_ep_config_init(&fifo_only);
+    fifo_only.fbox_threshold = 1u << 30; /* sender 1 stays on the FIFO */
+    pids[1] = spawn_sender(1, &fifo_only, stop_on_100th_claim, nmsgs);
+    for (int s = 2; s <= NS; s++)
+        pids[s] = spawn_sender(s, NULL, NULL, nmsgs);
     int ws;
     assert_int_equal(waitpid(pids[1], &ws, WUNTRACED), pids[1]);
     assert_true(WIFSTOPPED(ws));
@@ -291,16 +299,8 @@ static void test_sigkill_sender(void **state)
     if (pids[0] == 0) {
         struct proc p;
         int rc = proc_open(&p, 0, NULL);
-        time_t end = time(NULL) + 120;
-        while (!rc && time(NULL) < end) {
-            uint64_t others = 0;
-            for (int s = 2; s <= NS; s++)
-                others += p.rx.next_seq[s];
-            if (others == (uint64_t)(NS - 1) * nmsgs && p.dead_events)
-                break;
-            if (ivshm_ep_progress(p.ep) == 0)
-                ivshm_ep_wait(p.ep, 5);
-        }
+        if (!rc)
+            serve_until(&p, 2, NS, true); /* the checks below tell */
         if (p.rx.errors) {
             fprintf(stderr, "receiver: %s\n", p.rx.first_error);
             _exit(40);
@@ -314,19 +314,9 @@ static void test_sigkill_sender(void **state)
                 _exit(43);
         _exit(rc);
     }
-    for (int s = 1; s <= NS; s++) {
-        pids[s] = fork();
-        if (pids[s] == 0) {
-            struct proc p;
-            uint32_t peer;
-            int rc = proc_open(&p, s, NULL);
-            if (!rc)
-                rc = connect_to(&p, 0, &peer);
-            /* sender 1 never ends by itself */
-            _exit(rc ? rc : send_all(&p, (uint32_t)s, peer,
-                                     s == 1 ? UINT32_MAX : nmsgs));
-        }
-    }
+    pids[1] = spawn_sender(1, NULL, NULL, UINT32_MAX); /* never ends */
+    for (int s = 2; s <= NS; s++)
+        pids[s] = spawn_sender(s, NULL, NULL, nmsgs);
     usleep(100 * 1000);
     kill(pids[1], SIGKILL);
     int ws;
