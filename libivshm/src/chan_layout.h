@@ -35,7 +35,8 @@ struct dir_entry {
     uint64_t ctl_size;
     uint32_t pid;
     uint32_t epoch; /* bumped on every claim of this index */
-    uint8_t pad[32];
+    _Atomic uint32_t doorbell; /* owner's doorbell (doorbell.h), 0: none */
+    uint8_t pad[28];
 };
 _Static_assert(sizeof(struct dir_entry) == DIR_ENTRY_SIZE, "dir entry");
 

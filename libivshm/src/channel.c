@@ -20,6 +20,7 @@
  * after one lap; hot senders have fast boxes by then.
  */
 #include "chan_layout.h"
+#include "doorbell.h"
 #include "ivshm/channel.h"
 
 #include <stdio.h>
@@ -99,6 +100,7 @@ struct ivshm_ep {
     ivshm_event_handler_t ev;
     void *earg;
     ivshm_notifier_t notifier;
+    struct ivshm__doorbell *db; /* NULL without the guest driver */
     struct peer **peers; /* lazily allocated, by directory index */
     uint32_t *active;    /* peers that hold a fast box we granted */
     uint32_t nactive;
@@ -379,6 +381,7 @@ static struct peer *get_peer(ivshm_ep_t *ep, uint32_t idx)
 
 static void ep_free_local(ivshm_ep_t *ep)
 {
+    ivshm__db_close(ep->db);
     if (ep->peers)
         for (uint32_t i = 0; i < ep->d->max_eps; i++)
             free(ep->peers[i]);
@@ -505,6 +508,14 @@ ivshm_status_t ivshm_ep_create(ivshm_domain_t *d, int index,
     e->ctl_size = g.total;
     e->pid = (uint32_t)getpid();
     e->epoch++;
+    atomic_store(&e->doorbell, 0);
+    if (ivshm__db_open(r, d->dir, d->max_eps, &ep->db) == IVSHM_OK) {
+        ep->notifier.ring = ivshm__db_ring;
+        ep->notifier.ctx = ep->db;
+        if (ep->db->wait_fd >= 0)
+            ep->notifier.wait = ivshm__db_wait;
+        atomic_store(&e->doorbell, ivshm__db_word(ep->db));
+    }
     /* D0: publish; connectors acquire the word, then read the entry. */
     atomic_store_explicit(&e->word, DIR_WORD(me_gen, me_slot, DIR_READY),
                           memory_order_release);
@@ -1354,6 +1365,9 @@ void ivshm_ep_stats(const ivshm_ep_t *ep, ivshm_ep_stats_t *s)
     s->fbox_granted = ep->st.fbox_granted;
     s->fbox_used = ep->st.fbox_used;
     s->wakeups = ep->st.wakeups;
+    s->doorbell_irqs = ep->db ? ep->db->irqs : 0;
+    s->doorbell_vector =
+        ep->db && ep->db->wait_fd >= 0 ? (int32_t)ep->db->vector : -1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1385,7 +1399,10 @@ ivshm_status_t ivshm_region_endpoints(ivshm_region_t *r, ivshm_ep_visit_fn fn,
                 atomic_load(&c->msgs_out),  atomic_load(&c->bytes_out),
                 atomic_load(&c->stalls),    atomic_load(&c->invalid),
                 atomic_load(&c->dead_peers), atomic_load(&c->fbox_granted),
-                atomic_load(&c->fbox_used), atomic_load(&c->wakeups)};
+                atomic_load(&c->fbox_used), atomic_load(&c->wakeups), 0, -1};
+            uint32_t db = atomic_load(&dir[i].doorbell);
+            if (db & DB_VALID)
+                s.doorbell_vector = (int32_t)DB_VEC(db);
             fn(arg, ji.key, i, dir[i].pid, &s);
         }
     }

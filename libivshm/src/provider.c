@@ -4,8 +4,9 @@
  *   file:PATH         a /dev/shm or hugetlbfs file (hosts, containers, tests)
  *   pci:auto          the only ivshmem device of this guest (BAR2 via sysfs)
  *   pci:DDDD:BB:DD.F  the ivshmem device at that address
- * A provider for the guest driver's character device plugs into the same
- * table.
+ *   dev:auto          the only device of the guest driver (/dev/ivshmemN):
+ *   dev:N, dev:PATH   same memory, plus doorbell interrupts
+ *   auto              dev:auto when the guest driver is loaded, else pci:auto
  */
 #include "internal.h"
 
@@ -15,8 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "ivshmem_uapi.h"
 
 #define IVSHM_PCI_VENDOR 0x1af4
 #define IVSHM_PCI_DEVICE 0x1110
@@ -92,6 +96,25 @@ static void bar2_path(const char *dir, char *out, size_t n)
         snprintf(out, n, "%s/resource2", dir);
 }
 
+/* Counts the entries of dir; copies the first (by name) into name. */
+static int first_entry(const char *dir, char *name, size_t n)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int count = 0;
+    struct dirent *e;
+    name[0] = '\0';
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= n)
+            continue;
+        if (count++ == 0 || strcmp(e->d_name, name) < 0)
+            memcpy(name, e->d_name, strlen(e->d_name) + 1);
+    }
+    closedir(d);
+    return count;
+}
+
 int ivshm_pci_list(ivshm_pci_dev_t *devs, int max)
 {
     char base[512];
@@ -122,6 +145,10 @@ int ivshm_pci_list(ivshm_pci_dev_t *devs, int max)
             p->accessible = access(res, R_OK | W_OK) == 0;
             snprintf(res, sizeof(res), "%s/resource1", dir);
             p->has_doorbell = access(res, F_OK) == 0;
+            snprintf(res, sizeof(res), "%s/ivshmem", dir);
+            char name[sizeof(p->chardev) - 5];
+            if (first_entry(res, name, sizeof(name)) > 0)
+                snprintf(p->chardev, sizeof(p->chardev), "/dev/%s", name);
         }
         n++;
     }
@@ -196,16 +223,93 @@ static ivshm_status_t pci_open(const char *rest, bool rdonly, bool create,
     return IVSHM_OK;
 }
 
+/* dev: the guest driver's character device (guest-driver/ivshmem.c) */
+static ivshm_status_t dev_open(const char *rest, bool rdonly, bool create,
+                               uint64_t create_size, int *fd, uint64_t *size,
+                               char **resolved)
+{
+    (void)create_size;
+    if (create)
+        return ivshm__fail(IVSHM_ERR_NOTSUP,
+                           "a device region cannot be created; format it in "
+                           "place or format the backing file on the host");
+    char path[300];
+    if (strcmp(rest, "auto") == 0 || *rest == '\0') {
+        char dir[300], name[32];
+        snprintf(dir, sizeof(dir), "%s/class/ivshmem", sysfs_root());
+        int n = first_entry(dir, name, sizeof(name));
+        if (n == 0)
+            return ivshm__fail(IVSHM_ERR_NODEV,
+                               "no device of the ivshmem guest driver (%s is "
+                               "empty or missing): load ivshmem.ko (see "
+                               "guest-driver/) or use pci:auto",
+                               dir);
+        if (n > 1)
+            return ivshm__fail(IVSHM_ERR_AMBIGUOUS,
+                               "%d ivshmem driver devices; choose one with "
+                               "dev:N or dev:/dev/ivshmemN (see 'ivshm list')",
+                               n);
+        snprintf(path, sizeof(path), "/dev/%s", name);
+    } else if (rest[0] == '/') {
+        snprintf(path, sizeof(path), "%s", rest);
+    } else {
+        snprintf(path, sizeof(path), "/dev/ivshmem%s", rest);
+    }
+    int f = open(path, (rdonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+    if (f < 0)
+        return ivshm__fail_errno(errno, "cannot open ivshmem device", path);
+    struct ivshmem_info info;
+    if (ioctl(f, IVSHMEM_IOC_INFO, &info) < 0) {
+        int e = errno;
+        close(f);
+        if (e == ENOTTY || e == EINVAL)
+            return ivshm__fail(IVSHM_ERR_NODEV,
+                               "%s is not a device of the ivshmem guest "
+                               "driver",
+                               path);
+        return ivshm__fail_errno(e, "cannot query ivshmem device", path);
+    }
+    *fd = f;
+    *size = info.shm_size;
+    *resolved = strdup(path);
+    return IVSHM_OK;
+}
+
+ivshm_status_t ivshm__dev_info(int fd, uint32_t *ivposition,
+                               uint32_t *vectors, bool *doorbell)
+{
+    struct ivshmem_info info;
+    if (ioctl(fd, IVSHMEM_IOC_INFO, &info) < 0)
+        return ivshm__fail_errno(errno, "cannot query ivshmem device",
+                                 "the region's device");
+    *ivposition = info.ivposition;
+    *vectors = info.vectors;
+    *doorbell = (info.flags & IVSHMEM_F_DOORBELL) != 0;
+    return IVSHM_OK;
+}
+
 static const struct ivshm_provider providers[] = {
     {"file", file_open},
     {"pci", pci_open},
+    {"dev", dev_open},
 };
+
+bool ivshm__provider_is_dev(const struct ivshm_provider *p)
+{
+    return p == &providers[2];
+}
 
 ivshm_status_t ivshm__provider_open(const char *uri, bool rdonly, bool create,
                                     uint64_t create_size,
                                     const struct ivshm_provider **prov,
                                     int *fd, uint64_t *size, char **resolved)
 {
+    if (strcmp(uri, "auto") == 0) {
+        char dir[300], name[32];
+        snprintf(dir, sizeof(dir), "%s/class/ivshmem", sysfs_root());
+        uri = first_entry(dir, name, sizeof(name)) > 0 ? "dev:auto"
+                                                       : "pci:auto";
+    }
     const char *colon = strchr(uri, ':');
     if (!colon) {
         /* a bare absolute path is accepted as file: */
@@ -214,7 +318,7 @@ ivshm_status_t ivshm__provider_open(const char *uri, bool rdonly, bool create,
                              resolved);
         return ivshm__fail(IVSHM_ERR_INVAL,
                            "region URI '%s' has no scheme; use file:PATH, "
-                           "pci:auto or pci:ADDRESS",
+                           "auto, pci:auto, pci:ADDRESS or dev:auto",
                            uri);
     }
     size_t n = (size_t)(colon - uri);
@@ -228,6 +332,6 @@ ivshm_status_t ivshm__provider_open(const char *uri, bool rdonly, bool create,
     }
     return ivshm__fail(IVSHM_ERR_INVAL,
                        "unknown region scheme in '%s'; use file:PATH, "
-                       "pci:auto or pci:ADDRESS",
+                       "auto, pci:auto, pci:ADDRESS or dev:auto",
                        uri);
 }

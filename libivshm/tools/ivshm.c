@@ -34,8 +34,10 @@ static int usage_main(FILE *f)
             "  gc       reclaim the leases of dead processes, jobs, chunks\n"
             "  stat     per-endpoint channel counters of every job\n"
             "\n"
-            "A region is named by a URI: file:/dev/shm/NAME, pci:auto or\n"
-            "pci:0000:00:04.0 (default: $IVSHM_REGION, else pci:auto).\n"
+            "A region is named by a URI: file:/dev/shm/NAME, pci:auto,\n"
+            "pci:0000:00:04.0, dev:auto or dev:/dev/ivshmemN (guest driver),\n"
+            "auto (dev:auto if the driver is loaded, else pci:auto).\n"
+            "Default: $IVSHM_REGION, else auto.\n"
             "'ivshm COMMAND --help' describes each command; see ivshm(1).\n");
     return f == stderr ? 2 : 0;
 }
@@ -286,17 +288,22 @@ static int do_list(struct opts *o)
     for (int i = 0; i < n; i++) {
         if (o->json)
             printf("%s{\"uri\":\"pci:%s\",\"size\":%llu,\"revision\":%d,"
-                   "\"mode\":\"%s\",\"accessible\":%s}",
+                   "\"mode\":\"%s\",\"accessible\":%s,\"driver\":%s%s%s}",
                    i ? "," : "", devs[i].addr,
                    (unsigned long long)devs[i].size, devs[i].revision,
                    devs[i].has_doorbell ? "doorbell" : "plain",
-                   devs[i].accessible ? "true" : "false");
+                   devs[i].accessible ? "true" : "false",
+                   devs[i].chardev[0] ? "\"dev:" : "",
+                   devs[i].chardev[0] ? devs[i].chardev : "null",
+                   devs[i].chardev[0] ? "\"" : "");
         else
-            printf("pci:%s  %llu MiB  rev %d  %s  %s\n", devs[i].addr,
+            printf("pci:%s  %llu MiB  rev %d  %s  %s%s%s\n", devs[i].addr,
                    (unsigned long long)(devs[i].size >> 20), devs[i].revision,
                    devs[i].has_doorbell ? "doorbell" : "plain",
                    devs[i].accessible ? "accessible"
-                                      : "no access (see the udev rule)");
+                                      : "no access (see the udev rule)",
+                   devs[i].chardev[0] ? "  driver: dev:" : "",
+                   devs[i].chardev);
     }
     if (o->json)
         printf("]\n");

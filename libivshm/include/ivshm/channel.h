@@ -138,8 +138,10 @@ int ivshm_ep_progress(ivshm_ep_t *ep);
  * IVSHM_OK or IVSHM_ERR_AGAIN on timeout. */
 ivshm_status_t ivshm_ep_wait(ivshm_ep_t *ep, int timeout_ms);
 
-/* Wake-up seam: the polling notifier works everywhere; the guest driver's
- * doorbell plugs in here. */
+/* Wake-up seam. Endpoints of a dev: region whose device is an
+ * ivshmem-doorbell use the guest driver's interrupts (a blocked receiver
+ * sleeps in the kernel; $IVSHM_DOORBELL=0 turns this off); all others poll
+ * with back-off. Another notifier can be set here. */
 typedef struct ivshm_notifier {
     /* Wakes the owner of the endpoint at directory index peer. */
     void (*ring)(void *ctx, uint32_t peer_index);
@@ -157,7 +159,9 @@ typedef struct ivshm_ep_stats {
     uint64_t invalid_dropped;      /* bad entries dropped */
     uint64_t dead_peers;           /* peers found dead */
     uint64_t fbox_granted, fbox_used;
-    uint64_t wakeups;              /* doorbells rung */
+    uint64_t wakeups;              /* blocked receivers woken */
+    uint64_t doorbell_irqs;        /* interrupts that woke this receiver */
+    int32_t doorbell_vector;       /* our doorbell vector, -1: none */
 } ivshm_ep_stats_t;
 void ivshm_ep_stats(const ivshm_ep_t *ep, ivshm_ep_stats_t *s);
 

@@ -55,7 +55,9 @@ const char *ivshm_last_error(void);
 #define IVSHM_MIN_REGION_SIZE (1ull << 20)
 #define IVSHM_ENV_REGION "IVSHM_REGION" /* default URI */
 #define IVSHM_ENV_VM_ID "IVSHM_VM_ID"   /* override the VM identity */
-#define IVSHM_DEFAULT_URI "pci:auto"
+/* auto: the guest driver's device (dev:auto) when the driver is loaded,
+ * else the BAR through sysfs (pci:auto) */
+#define IVSHM_DEFAULT_URI "auto"
 
 typedef struct ivshm_region ivshm_region_t;
 
@@ -233,6 +235,7 @@ typedef struct ivshm_pci_dev {
     int revision;
     int has_doorbell; /* BAR1 (MSI-X) present: ivshmem-doorbell */
     int accessible;   /* resource2 can be opened read-write */
+    char chardev[32]; /* /dev/ivshmemN when the guest driver is bound */
 } ivshm_pci_dev_t;
 
 /* Lists 1af4:1110 devices under $IVSHM_SYSFS_ROOT or /sys. */
