@@ -70,9 +70,11 @@ static int ivshmem_register(void)
     const char *env = getenv(IVSHM_ENV_REGION);
     c->region = (char *)(env && *env ? env : IVSHM_DEFAULT_URI);
     reg_var("region",
-            "Shared region to use: pci:auto (the only ivshmem device of this "
-            "VM), pci:DDDD:BB:DD.F, or file:PATH (a host file, as in "
-            "simulated VMs); default $IVSHM_REGION, else pci:auto",
+            "Shared region to use: auto (the guest driver's device if it is "
+            "loaded, else the only ivshmem device through sysfs), dev:auto, "
+            "dev:/dev/ivshmemN, pci:auto, pci:DDDD:BB:DD.F, or file:PATH (a "
+            "host file, as in simulated VMs); default $IVSHM_REGION, else "
+            "auto",
             MCA_BASE_VAR_TYPE_STRING, OPAL_INFO_LVL_3,
             MCA_BASE_VAR_SCOPE_READONLY, &c->region);
     c->same_vm = 0;

@@ -529,10 +529,27 @@ err_free:
     return st;
 }
 
+/* Waits (bounded) until receivers gave back every fragment we sent, so
+ * that what is still in flight is read before the pool is freed. */
+#define LINGER_NS 2000000000ull
+static void linger(ivshm_ep_t *ep)
+{
+    uint64_t deadline = ivshm__mono_ns() + LINGER_NS;
+    unsigned spins = 0;
+    for (uint32_t i = 0; i < ep->cfg.frag_count; i++)
+        while (atomic_load_explicit(&ep->fdone[i], memory_order_acquire) !=
+               ep->frag_issued[i]) {
+            if (ivshm__mono_ns() >= deadline)
+                return;
+            ivshm__backoff(&spins);
+        }
+}
+
 void ivshm_ep_destroy(ivshm_ep_t *ep)
 {
     if (!ep)
         return;
+    linger(ep);
     ivshm_region_t *r = ep->r;
     struct dir_entry *e = &ep->d->dir[ep->index];
     uint64_t w = DIR_WORD(r->gen, r->slot, DIR_READY);
@@ -1080,13 +1097,23 @@ static bool deliver(ivshm_ep_t *ep, const struct cell *shared, int expect)
     }
     struct peer *p = get_peer(ep, c.sender);
     if (!p) {
-        drop(ep); /* unknown or dead sender */
-        return true;
+        /* A sender that left after publishing: what it put inline in our
+         * own FIFO is still readable and still in order, so it is
+         * delivered (a last "done" message must not be lost). Data in its
+         * fragments or its region memory may be reused: dropped. */
+        p = c.sender < ep->d->max_eps ? ep->peers[c.sender] : NULL;
+        if (!p || !p->valid || !p->dead ||
+            (c.type != CELL_INLINE && c.type != CELL_NOP)) {
+            drop(ep); /* unknown sender, or data that is gone */
+            return true;
+        }
     }
     int32_t d = seq_diff(c.pseq, p->pseq_in);
     if (d > 0) {
-        /* from the future: legal only within what can be in flight */
-        if ((uint32_t)d > p->g.fifo_cells + ep->cfg.fbox_cells + PENDING_MAX) {
+        /* from the future: legal only within what can be in flight, and
+         * never from a gone sender (the gap will not fill) */
+        if (p->dead ||
+            (uint32_t)d > p->g.fifo_cells + ep->cfg.fbox_cells + PENDING_MAX) {
             drop(ep);
             return true;
         }

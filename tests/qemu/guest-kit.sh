@@ -13,8 +13,15 @@ kit=$(cd "$kit" && pwd)
 [ -s "$kit/vmlinux" ] && [ -f "$kit/kdir/Makefile" ] && [ -s "$kit/kver" ] && exit 0
 
 # the newest 6.1 kernel that Debian's metapackage points at
-abi=$(apt-cache depends linux-image-amd64 2>/dev/null |
-      sed -n 's/.*Depends: linux-image-\(6\.1\.[0-9.]*-[0-9]*\)-amd64$/\1/p' | head -n1)
+find_abi() {
+    apt-cache depends linux-image-amd64 2>/dev/null |
+        sed -n 's/.*Depends: linux-image-\(6\.1\.[0-9]*-[0-9]*\)-amd64$/\1/p' | head -n1
+}
+abi=$(find_abi)
+if [ -z "$abi" ] && [ "$(id -u)" = 0 ]; then
+    apt-get update -q >/dev/null 2>&1 || true
+    abi=$(find_abi)
+fi
 if [ -z "$abi" ]; then
     echo "guest-kit: no linux-image-6.1.*-amd64 in the apt lists (run apt-get update)" >&2
     exit 1
