@@ -58,6 +58,22 @@ rmmod_checks() {
     check reinsmod insmod /ivshmem.ko
 }
 
+# the device goes away (unbind = what hot-unplug does to the driver) under a
+# process that has it mapped and sleeps in read()
+unplug_checks() {
+    dev=$(basename "$(readlink /sys/class/ivshmem/ivshmem0/device)")
+    /guest_test unplug-victim > /tmp/victim 2>&1 &
+    victim=$!
+    sleep 1
+    echo "$dev" > /sys/bus/pci/drivers/ivshmem/unbind
+    wait $victim; rc=$?
+    sed 's/^/    /' /tmp/victim
+    same unplug-wakes-and-revokes 0 "$rc"
+    same unplug-chardev-gone no "$( [ -e /dev/ivshmem0 ] && echo yes || echo no )"
+    echo "$dev" > /sys/bus/pci/drivers/ivshmem/bind
+    check rebind-after-unplug /guest_test probe dev:auto
+}
+
 echo "IVT-BOOT role=$ivt_role kernel=$(uname -r)"
 case $ivt_role in
 plain-a|plain-b)
@@ -86,6 +102,7 @@ db-a|db-b)
     fi
     IVSHM_TEST_JOB=dbchan check chan-doorbell-device /guest_test chan "$me" 200
     rmmod_checks
+    unplug_checks
     ;;
 nodev)
     check list-none sh -c '/ivshm list | grep -q "no ivshmem devices"'
@@ -105,5 +122,11 @@ badfmt)
     fail role "unknown role '$ivt_role'"
     ;;
 esac
+# whatever the role: the kernel must not have complained
+if dmesg | grep -E "BUG:|Oops|WARNING:|general protection|Call Trace" > /tmp/oops; then
+    fail kernel-clean "$(head -5 /tmp/oops)"
+else
+    pass kernel-clean
+fi
 echo "IVT-END"
 poweroff -f

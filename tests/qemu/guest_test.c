@@ -14,6 +14,8 @@
  *                        over a channel, block in read() on the device
  *   raw-ring             ring that vector through the mmapped register page
  *   hold-map SECONDS     keep /dev/ivshmem0 mapped (for the rmmod check)
+ *   unplug-victim        map the device, block in read(), and report what
+ *                        the process sees once the device is unbound
  */
 #include <ivshm/channel.h>
 #include <ivshm/ivshm.h>
@@ -22,6 +24,8 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -369,6 +373,53 @@ static int cmd_hold_map(int seconds)
     return 0;
 }
 
+static sigjmp_buf bus_jmp;
+static void on_sigbus(int sig)
+{
+    (void)sig;
+    siglongjmp(bus_jmp, 1);
+}
+
+static int cmd_unplug_victim(void)
+{
+    int fd;
+    struct ivshmem_info info;
+    if (open_dev(&fd, &info))
+        return 1;
+    volatile unsigned char *p = mmap(NULL, info.shm_size,
+                                     PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        perror("guest_test: mmap");
+        return 1;
+    }
+    unsigned char before = p[0];
+    printf("unplug-victim: mapped, blocking in read()\n");
+    fflush(stdout);
+    uint64_t cnt;
+    ssize_t n = read(fd, &cnt, sizeof(cnt));
+    int err = errno;
+    printf("unplug-victim: read() returned %zd (%s)\n", n,
+           n < 0 ? strerror(err) : "data");
+    struct sigaction sa = {.sa_handler = on_sigbus};
+    sigaction(SIGBUS, &sa, NULL);
+    sigaction(SIGSEGV, &sa, NULL);
+    if (sigsetjmp(bus_jmp, 1) == 0) {
+        unsigned char now = p[0];
+        printf("unplug-victim: the mapping still reads (%u, was %u)\n", now,
+               before);
+        return 1;
+    }
+    printf("unplug-victim: the mapping is revoked (SIGBUS on access)\n");
+    struct ivshmem_info again;
+    if (ioctl(fd, IVSHMEM_IOC_INFO, &again) == 0 || errno != ENODEV) {
+        printf("unplug-victim: ioctl on the removed device did not fail "
+               "with ENODEV\n");
+        return 1;
+    }
+    close(fd);
+    return n < 0 && err == ENODEV ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     const char *cmd = argc > 1 ? argv[1] : "";
@@ -387,6 +438,8 @@ int main(int argc, char **argv)
         return cmd_raw_wait();
     if (!strcmp(cmd, "raw-ring"))
         return cmd_raw_ring();
+    if (!strcmp(cmd, "unplug-victim"))
+        return cmd_unplug_victim();
     if (!strcmp(cmd, "hold-map") && argc == 3)
         return cmd_hold_map(n);
     fprintf(stderr, "usage: see the comment at the top of guest_test.c\n");
