@@ -3,7 +3,8 @@
  * transports in one run (see benchmarks/compare.sh).
  *
  *   ivshm-osu BENCH [-m MAXBYTES] [-i ITERS] [-r REPEATS]
- *   BENCH: latency bw bibw mlat put get allreduce bcast alltoall
+ *   BENCH: latency bw bibw mlat put get putbw getbw allreduce bcast
+ *          allgather alltoall
  *
  * Prints "bytes value" lines (latency in us one-way / per operation,
  * bandwidth in MB/s); each value is the median of REPEATS runs of ITERS.
@@ -153,6 +154,36 @@ static double b_get(size_t n, int it, char *s, char *r)
     return (MPI_Wtime() - t0) / it;
 }
 
+/* one-sided bandwidth: a window of operations per epoch (osu_put_bw) */
+static double b_rma_bw(size_t n, int it, char *s, char *r, int put)
+{
+    double t0 = MPI_Wtime();
+    if (rank == 0)
+        for (int i = 0; i < it; i++) {
+            MPI_Win_lock(MPI_LOCK_SHARED, 1, 0, win);
+            for (int w = 0; w < WINDOW; w++) {
+                if (put)
+                    MPI_Put(s, (int)n, MPI_CHAR, 1, 0, (int)n, MPI_CHAR, win);
+                else
+                    MPI_Get(r, (int)n, MPI_CHAR, 1, 0, (int)n, MPI_CHAR, win);
+            }
+            MPI_Win_unlock(1, win);
+        }
+    double t = MPI_Wtime() - t0;
+    MPI_Bcast(&t, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    return t / ((double)n * WINDOW * it); /* s per byte */
+}
+static double b_putbw(size_t n, int it, char *s, char *r) { return b_rma_bw(n, it, s, r, 1); }
+static double b_getbw(size_t n, int it, char *s, char *r) { return b_rma_bw(n, it, s, r, 0); }
+
+static double b_allgather(size_t n, int it, char *s, char *r)
+{
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < it; i++)
+        MPI_Allgather(s, (int)n, MPI_CHAR, r, (int)n, MPI_CHAR, MPI_COMM_WORLD);
+    return (MPI_Wtime() - t0) / it;
+}
+
 static double b_allreduce(size_t n, int it, char *s, char *r)
 {
     int cnt = (int)(n / sizeof(float));
@@ -203,6 +234,8 @@ int main(int argc, char **argv)
         {"latency", b_latency, 2000, 0, 2, 0}, {"bw", b_bw, 20, 1, 2, 0},
         {"bibw", b_bibw, 20, 1, 2, 0},          {"mlat", b_mlat, 2000, 0, 2, 0},
         {"put", b_put, 1000, 0, 2, 0},          {"get", b_get, 1000, 0, 2, 0},
+        {"putbw", b_putbw, 20, 1, 2, 0},        {"getbw", b_getbw, 20, 1, 2, 0},
+        {"allgather", b_allgather, 500, 0, 2, 1},
         {"allreduce", b_allreduce, 1000, 0, 2, 0},
         {"bcast", b_bcast, 1000, 0, 2, 0},      {"alltoall", b_alltoall, 500, 0, 2, 1},
     };
@@ -213,14 +246,15 @@ int main(int argc, char **argv)
     if (b < 0 || size < tab[b].min_ranks) {
         if (rank == 0)
             fprintf(stderr, "usage: ivshm-osu latency|bw|bibw|mlat|put|get|"
-                            "allreduce|bcast|alltoall [-m MAX] [-i N] [-r R] "
-                            "[-a] (>= 2 ranks)\n");
+                            "putbw|getbw|allreduce|bcast|allgather|alltoall "
+                            "[-m MAX] [-i N] [-r R] [-a] (>= 2 ranks)\n");
         MPI_Finalize();
         return 2;
     }
     size_t bufn = tab[b].per_rank_buf ? maxb * (size_t)size : maxb;
     char *s = buf_alloc(bufn), *r = buf_alloc(bufn);
-    int onesided = tab[b].fn == b_put || tab[b].fn == b_get;
+    int onesided = tab[b].fn == b_put || tab[b].fn == b_get ||
+                   tab[b].fn == b_putbw || tab[b].fn == b_getbw;
     if (onesided) {
         void *base;
         MPI_Win_allocate((MPI_Aint)maxb, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);

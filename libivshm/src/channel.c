@@ -350,6 +350,8 @@ static ivshm_status_t load_peer(ivshm_ep_t *ep, uint32_t idx, uint64_t want_word
     return IVSHM_OK;
 }
 
+static void release_fbox(ivshm_ep_t *ep, struct peer *p, uint32_t idx);
+
 static struct peer *get_peer(ivshm_ep_t *ep, uint32_t idx)
 {
     if (idx >= ep->d->max_eps)
@@ -371,6 +373,8 @@ static struct peer *get_peer(ivshm_ep_t *ep, uint32_t idx)
         if (!p)
             return NULL;
         ep->peers[idx] = p;
+    } else {
+        release_fbox(ep, p, idx); /* a dead owner's box not yet drained */
     }
     *p = tmp;
     return p;
@@ -1189,7 +1193,8 @@ static void peer_died(ivshm_ep_t *ep, uint32_t idx)
     if (!p || p->dead)
         return;
     p->dead = true;
-    release_fbox(ep, p, idx);
+    /* its fast box (our memory) is drained by poll_fboxes, then released:
+     * what it published before it left is still delivered */
     BUMP(ep, dead_peers, 1);
     if (ep->ev)
         ep->ev(ep->earg, IVSHM_EV_PEER_DEAD, idx);
@@ -1283,23 +1288,32 @@ static int poll_fboxes(ivshm_ep_t *ep, int budget)
     int n = 0;
     uint32_t cells = ep->cfg.fbox_cells;
     for (uint32_t i = 0; i < ep->nactive && n < budget; i++) {
-        struct peer *p = ep->peers[ep->active[i]];
+        uint32_t idx = ep->active[i];
+        struct peer *p = ep->peers[idx];
         if (!p || !p->rx_fbox)
             continue;
         int k = 0;
+        bool drained = false;
         while (n < budget) {
             uint64_t pos = p->rx_fbox_pos;
             struct cell *c =
                 (struct cell *)(p->rx_fbox + (pos & (cells - 1)) * ep->g.cell_size);
-            if (atomic_load_explicit(&c->seq, memory_order_acquire) != pos + 1)
+            if (atomic_load_explicit(&c->seq, memory_order_acquire) != pos + 1) {
+                drained = true;
                 break;
-            if (!deliver(ep, c, (int)ep->active[i]))
+            }
+            if (!deliver(ep, c, (int)idx))
                 break; /* its FIFO predecessors first */
             p->rx_fbox_pos++;
             n++;
             k++;
             if (!p->rx_fbox)
                 break; /* sender died in the handler's wake */
+        }
+        if (p->rx_fbox && p->dead && drained) {
+            release_fbox(ep, p, idx); /* moves the last active into slot i */
+            i--;
+            continue;
         }
         if (p->rx_fbox && k &&
             (p->rx_fbox_pos - p->rx_fbox_released >= cells / 4 || n < budget)) {

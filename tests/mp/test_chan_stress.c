@@ -408,6 +408,112 @@ static void test_fifo_fuzz(void **state)
     close(ready[1]);
 }
 
+/* A sender that sends and leaves at once (as after a final "done"): what
+ * it published inline, in the FIFO and in its fast box, is still delivered
+ * in order after the receiver has noticed that it is gone. The receiver
+ * takes one message per progress call, so that the liveness check (every
+ * 1024 calls) runs while most of the messages still wait. */
+struct leave_rx {
+    uint32_t next;
+    uint32_t errors;
+};
+static void leave_on_msg(void *arg, const ivshm_msg_t *m)
+{
+    struct leave_rx *x = arg;
+    uint32_t v = 0;
+    if (m->tag != x->next || m->len != 32 || m->total != 32)
+        x->errors++;
+    else
+        memcpy(&v, m->data, sizeof(v));
+    if (v != m->tag)
+        x->errors++;
+    x->next = m->tag + 1;
+}
+
+static void test_sender_leaves(void **state)
+{
+    (void)state;
+    enum { FIRST = 40, TOTAL = 1500 };
+    int go[2], gone[2]; /* receiver -> sender, parent -> receiver */
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(gone), 0);
+    ivshm_ep_config_t cfg;
+    ivshm_ep_config_init(&cfg);
+    cfg.fifo_cells = 4096;
+    cfg.max_per_poll = 1;
+    pid_t rx = fork();
+    if (rx == 0) {
+        struct proc p;
+        struct leave_rx x = {0, 0};
+        uint32_t peer;
+        int rc = proc_open(&p, 0, &cfg);
+        if (!rc) {
+            ivshm_ep_destroy(p.ep); /* again, with this test's handler */
+            rc = ivshm_ep_create(p.d, 0, &cfg, leave_on_msg, &x, &p.ep) ? 3 : 0;
+            ivshm_ep_set_event_handler(p.ep, on_event, &p);
+        }
+        if (!rc)
+            rc = connect_to(&p, 1, &peer);
+        time_t end = time(NULL) + 60;
+        while (!rc && x.next < FIRST && time(NULL) < end)
+            ivshm_ep_progress(p.ep); /* the sender gets its fast box */
+        if (!rc && write(go[1], "g", 1) != 1)
+            rc = 4;
+        char c;
+        if (!rc && read(gone[0], &c, 1) != 1) /* the parent: it has left */
+            rc = 5;
+        end = time(NULL) + 60;
+        while (!rc && x.next < TOTAL && time(NULL) < end)
+            ivshm_ep_progress(p.ep);
+        ivshm_ep_stats_t st;
+        ivshm_ep_stats(p.ep, &st);
+        if (!rc && (x.errors || x.next != TOTAL))
+            rc = 40;
+        if (!rc && (p.dead_events != 1 || st.dead_peers != 1))
+            rc = 42; /* delivered after the peer was known dead */
+        ivshm_ep_destroy(p.ep);
+        _exit(rc);
+    }
+    pid_t tx = fork();
+    if (tx == 0) {
+        struct proc p;
+        uint32_t peer;
+        int rc = proc_open(&p, 1, NULL);
+        if (!rc)
+            rc = connect_to(&p, 0, &peer);
+        char buf[32] = {0};
+        for (uint32_t i = 0; !rc && i < TOTAL; i++) {
+            if (i == FIRST) { /* let the receiver stop taking */
+                char c;
+                if (read(go[0], &c, 1) != 1)
+                    rc = 4;
+            }
+            memcpy(buf, &i, sizeof(i));
+            if (!rc && ivshm_ep_send(p.ep, peer, i, buf, sizeof(buf)))
+                rc = 10;
+        }
+        ivshm_ep_stats_t st;
+        ivshm_ep_stats(p.ep, &st);
+        if (!rc && st.fbox_used == 0)
+            rc = 11; /* the fast-box path was not exercised */
+        ivshm_ep_destroy(p.ep);
+        ivshm_domain_leave(p.d);
+        ivshm_region_close(p.r);
+        _exit(rc);
+    }
+    int ws;
+    assert_int_equal(waitpid(tx, &ws, 0), tx);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    usleep(150 * 1000); /* past the receiver's liveness interval */
+    assert_int_equal(write(gone[1], "x", 1), 1);
+    pid_t only[1] = {rx};
+    wait_codes(only, 1);
+    close(go[0]);
+    close(go[1]);
+    close(gone[0]);
+    close(gone[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -416,6 +522,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sigstop_sender, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigkill_sender, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fifo_fuzz, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sender_leaves, setup, teardown),
     };
     return cmocka_run_group_tests_name("channel-stress", tests, NULL, NULL);
 }

@@ -29,3 +29,12 @@ simvm_format() { # formats every host's region
         "$top_builddir/libivshm/tools/ivshm" format "file:$r" --size "${1:-256M}" --force >/dev/null
     done
 }
+
+# Skips (exit 77) a simulated-VM test where it cannot run: not root, no
+# Open MPI, no component built, no network namespaces.
+simvm_require() {
+    [ "$(id -u)" = 0 ] || { echo "SKIP: needs root for namespaces"; exit 77; }
+    command -v mpirun >/dev/null && command -v mpicc >/dev/null || { echo "SKIP: no Open MPI"; exit 77; }
+    [ -f "$top_builddir/mpi-plugin/.libs/mca_btl_ivshmem.so" ] || { echo "SKIP: component not built"; exit 77; }
+    ip netns add ivsprobe 2>/dev/null && ip netns del ivsprobe || { echo "SKIP: no network namespaces"; exit 77; }
+}

@@ -9,10 +9,7 @@
 # Needs root, iproute2 and Open MPI; skipped (77) otherwise.
 set -u
 . "$(dirname "$0")/lib.sh"
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root for namespaces"; exit 77; }
-command -v mpirun >/dev/null && command -v mpicc >/dev/null || { echo "SKIP: no Open MPI"; exit 77; }
-[ -f "$top_builddir/mpi-plugin/.libs/mca_btl_ivshmem.so" ] || { echo "SKIP: component not built"; exit 77; }
-ip netns add ivsprobe 2>/dev/null && ip netns del ivsprobe || { echo "SKIP: no network namespaces"; exit 77; }
+simvm_require
 
 work=$(mktemp -d)
 trap '"$SIMVM" down; rm -rf "$work"' EXIT INT TERM

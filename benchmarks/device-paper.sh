@@ -1,0 +1,26 @@
+#!/bin/sh
+# Runs benchmarks/paper-eval.sh on a larger machine (the lent 16-core one):
+# builds the tree (with the generated build system carried along where
+# the machine has no libtool), uses network namespaces when iproute2 is
+# there (a carried .devtools/bin/ip counts), else --single-node, and
+# writes into $OUT. PARTS picks the parts ("pt2pt coll app").
+set -u
+OUT=${OUT:-$(pwd)/device-out}
+PARTS=${PARTS:-pt2pt coll app}
+mkdir -p "$OUT"
+top=$(pwd)
+[ -d "$top/.devtools/bin" ] && PATH=$top/.devtools/bin:$PATH && export PATH
+[ -x configure ] && [ "${SKIP_AUTORECONF:-0}" = 1 ] || autoreconf -fi >/dev/null 2>&1
+mkdir -p _dev && cd _dev
+if [ ! -f mpi-plugin/.libs/mca_btl_ivshmem.so ]; then
+    "$top/configure" CFLAGS="-O2 -g" --disable-guest-tests >configure.out 2>&1 || { tail -40 configure.out; exit 1; }
+    make -j"$(nproc)" >make.out 2>&1 || { tail -40 make.out; exit 1; }
+fi
+mode=--single-node
+if command -v ip >/dev/null && ip netns add ivsprobe 2>/dev/null && ip netns del ivsprobe; then
+    mode=""
+fi
+echo "paper-eval mode: ${mode:-simulated VMs}" >&2
+top_builddir=$PWD top_srcdir=$top sh "$top/benchmarks/paper-eval.sh" $mode \
+    --parts "$PARTS" --out "$OUT" 2>"$OUT/progress-$(echo "$PARTS" | tr ' ' '-').txt"
+tail -c 600 "$OUT"/progress-*.txt
