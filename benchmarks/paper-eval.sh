@@ -37,6 +37,14 @@ while [ $# -gt 0 ]; do
     shift
 done
 [ $quick = 1 ] && [ "$vms" = "2 4 8 15" ] && vms="2"
+# Settings some machines put in the environment would bend the comparison
+# (a forced plm cannot start daemons in the VMs; a forced vader copy
+# mechanism is not native): the runs use Open MPI's defaults.
+env_notes=""
+for v in OMPI_MCA_plm OMPI_MCA_btl_vader_single_copy_mechanism OMPI_MCA_btl OMPI_MCA_pml; do
+    eval "val=\${$v:-}"
+    [ -n "$val" ] && env_notes="$env_notes $v=$val" && unset "$v"
+done
 out=${out:-$(pwd)/paper-eval-out}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -133,6 +141,7 @@ reps=$([ $quick = 1 ] && echo 3 || echo 5)
     echo "command: paper-eval.sh $([ $quick = 1 ] && echo --quick) $([ $single = 1 ] && echo --single-node) --parts \"$parts\" --vms \"$vms\""
     echo "mode: $([ $single = 1 ] && echo "single node (ranks pinned to cores, ivshmem forced with btl_ivshmem_same_vm, tcp over loopback)" || echo "simulated VMs (network + UTS namespaces, tcp over veth)")"
     echo "cores: $ncores"
+    [ -n "$env_notes" ] && echo "unset for the runs (set by the machine's environment):$env_notes"
     lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1 | sed 's/^/cpu: /'
     ompi_info 2>/dev/null | sed -n 's/^ *Open MPI: */open mpi: /p' | head -1
     uname -sr | sed 's/^/kernel: /'

@@ -58,6 +58,7 @@ typedef struct mca_btl_ivshmem_component_t {
     opal_free_list_t frags;
     struct mca_btl_base_endpoint_t **peers; /* by channel peer index */
     uint32_t npeers;
+    uint64_t pending_frags; /* queued sends, all endpoints */
     char *why_not; /* reason the component stepped aside, for verbose */
 } mca_btl_ivshmem_component_t;
 
@@ -76,18 +77,23 @@ struct mca_btl_base_endpoint_t {
     uint32_t vpid;
     uint64_t sends, bytes_out;
     uint64_t recvs, bytes_in;
+    uint64_t queued;      /* sends that found the peer's queue full */
+    opal_list_t pending;  /* those waiting, in order (retried by progress) */
 };
 typedef struct mca_btl_base_endpoint_t mca_btl_base_endpoint_t;
 
 typedef struct mca_btl_ivshmem_frag_t {
     mca_btl_base_descriptor_t base;
     mca_btl_base_segment_t segment;
+    mca_btl_base_tag_t tag; /* kept while the fragment waits in pending */
 } mca_btl_ivshmem_frag_t;
 OBJ_CLASS_DECLARATION(mca_btl_ivshmem_frag_t);
 
 int mca_btl_ivshmem_setup(void);
 void mca_btl_ivshmem_teardown(void);
 void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m);
+/* retries queued sends; returns how many completed */
+int mca_btl_ivshmem_progress_pending(void);
 
 END_C_DECLS
 #endif

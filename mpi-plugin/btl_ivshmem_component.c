@@ -271,7 +271,10 @@ void mca_btl_ivshmem_teardown(void)
     }
     if (c->peers) {
         for (uint32_t i = 0; i < c->npeers; i++)
-            free(c->peers[i]);
+            if (c->peers[i]) {
+                OBJ_DESTRUCT(&c->peers[i]->pending);
+                free(c->peers[i]);
+            }
         free(c->peers);
         c->peers = NULL;
     }
@@ -322,5 +325,10 @@ static mca_btl_base_module_t **ivshmem_init(int *num_btls,
 static int ivshmem_progress(void)
 {
     mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
-    return c->ep ? ivshm_ep_progress(c->ep) : 0;
+    if (!c->ep)
+        return 0;
+    int n = ivshm_ep_progress(c->ep);
+    if (c->pending_frags)
+        n += mca_btl_ivshmem_progress_pending();
+    return n;
 }

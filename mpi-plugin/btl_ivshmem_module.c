@@ -1,8 +1,10 @@
 /*
  * BTL ivshmem module: peer selection (add_procs), the eager data path
  * (alloc, prepare_src, send, sendi) and delivery of received pieces to
- * ob1's registered callbacks. Sends never block: no room in the peer's
- * queue is OPAL_ERR_OUT_OF_RESOURCE and ob1 retries.
+ * ob1's registered callbacks. Sends never block: a descriptor that finds
+ * no room in the peer's queue waits in the endpoint's pending list (in
+ * order, later sends queue behind it) and progress retries it, then calls
+ * ob1 back, as vader does; sendi simply fails while anything waits.
  */
 #include "btl_ivshmem.h"
 
@@ -73,8 +75,11 @@ static int ivshmem_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
         if (!take)
             continue;
         struct mca_btl_base_endpoint_t *ep = C->peers[peer];
-        if (!ep && !(ep = calloc(1, sizeof(*ep))))
-            return OPAL_ERR_OUT_OF_RESOURCE;
+        if (!ep) {
+            if (!(ep = calloc(1, sizeof(*ep))))
+                return OPAL_ERR_OUT_OF_RESOURCE;
+            OBJ_CONSTRUCT(&ep->pending, opal_list_t);
+        }
         ep->proc = proc;
         ep->peer = peer;
         ep->vpid = vpid;
@@ -92,17 +97,20 @@ static void print_stats(struct mca_btl_base_endpoint_t *ep)
     gethostname(host, sizeof(host));
     opal_output(0,
                 "btl ivshmem stats: host %s rank %u -> rank %u: %llu sends "
-                "%llu bytes, %llu receives %llu bytes",
+                "%llu bytes, %llu receives %llu bytes, %llu queued for room",
                 host, (unsigned)OPAL_PROC_MY_NAME.vpid, ep->vpid,
                 (unsigned long long)ep->sends, (unsigned long long)ep->bytes_out,
-                (unsigned long long)ep->recvs, (unsigned long long)ep->bytes_in);
+                (unsigned long long)ep->recvs, (unsigned long long)ep->bytes_in,
+                (unsigned long long)ep->queued);
 }
+
+static int ivshmem_free(struct mca_btl_base_module_t *btl,
+                        mca_btl_base_descriptor_t *des);
 
 static int ivshmem_del_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
                              struct opal_proc_t **procs,
                              struct mca_btl_base_endpoint_t **peers)
 {
-    (void)btl;
     (void)procs;
     for (size_t i = 0; i < nprocs; i++) {
         struct mca_btl_base_endpoint_t *ep = peers[i];
@@ -110,6 +118,14 @@ static int ivshmem_del_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
             if (C->stats)
                 print_stats(ep);
             C->peers[ep->peer] = NULL;
+            opal_list_item_t *it;
+            while ((it = opal_list_remove_first(&ep->pending)) != NULL) {
+                mca_btl_base_descriptor_t *des = (mca_btl_base_descriptor_t *)it;
+                C->pending_frags--;
+                if (des->des_flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP)
+                    ivshmem_free(btl, des);
+            }
+            OBJ_DESTRUCT(&ep->pending);
             free(ep);
         }
     }
@@ -190,29 +206,81 @@ static int status_to_opal(ivshm_status_t st)
     }
 }
 
+/* Puts the fragment into the peer's queue: OK, AGAIN (no room) or an
+ * error for a gone peer. */
+static ivshm_status_t put_frag(struct mca_btl_base_endpoint_t *endpoint,
+                               mca_btl_ivshmem_frag_t *f)
+{
+    size_t len = f->segment.seg_len;
+    void *buf;
+    ivshm_rsv_t rsv;
+    ivshm_status_t st = ivshm_ep_reserve(C->ep, endpoint->peer, len, &buf, &rsv);
+    if (st != IVSHM_OK)
+        return st;
+    memcpy(buf, f->segment.seg_addr.pval, len);
+    ivshm_ep_commit(C->ep, &rsv, f->tag, len);
+    endpoint->sends++;
+    endpoint->bytes_out += len;
+    return IVSHM_OK;
+}
+
+static void complete(struct mca_btl_base_module_t *btl,
+                     struct mca_btl_base_endpoint_t *endpoint,
+                     mca_btl_base_descriptor_t *des, int status)
+{
+    int own = des->des_flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP;
+    if (des->des_flags & MCA_BTL_DES_SEND_ALWAYS_CALLBACK)
+        des->des_cbfunc(btl, endpoint, des, status);
+    if (own)
+        ivshmem_free(btl, des);
+}
+
 static int ivshmem_send(struct mca_btl_base_module_t *btl,
                         struct mca_btl_base_endpoint_t *endpoint,
                         struct mca_btl_base_descriptor_t *des,
                         mca_btl_base_tag_t tag)
 {
     mca_btl_ivshmem_frag_t *f = (mca_btl_ivshmem_frag_t *)des;
-    size_t len = f->segment.seg_len;
-    void *buf;
-    ivshm_rsv_t rsv;
-    ivshm_status_t st = ivshm_ep_reserve(C->ep, endpoint->peer, len, &buf, &rsv);
+    f->tag = tag;
+    ivshm_status_t st = opal_list_is_empty(&endpoint->pending)
+                            ? put_frag(endpoint, f)
+                            : IVSHM_ERR_AGAIN;
+    if (st == IVSHM_ERR_AGAIN) {
+        /* wait in order; ob1 hears back when it has gone */
+        des->des_flags |= MCA_BTL_DES_SEND_ALWAYS_CALLBACK;
+        opal_list_append(&endpoint->pending, (opal_list_item_t *)des);
+        endpoint->queued++;
+        C->pending_frags++;
+        return OPAL_SUCCESS;
+    }
     if (st != IVSHM_OK)
         return status_to_opal(st);
-    memcpy(buf, f->segment.seg_addr.pval, len);
-    ivshm_ep_commit(C->ep, &rsv, tag, len);
-    endpoint->sends++;
-    endpoint->bytes_out += len;
     /* the data is in the peer's queue: complete now, as tcp and self do */
-    int own = des->des_flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP;
-    if (des->des_flags & MCA_BTL_DES_SEND_ALWAYS_CALLBACK)
-        des->des_cbfunc(btl, endpoint, des, OPAL_SUCCESS);
-    if (own)
-        ivshmem_free(btl, des);
+    complete(btl, endpoint, des, OPAL_SUCCESS);
     return 1;
+}
+
+int mca_btl_ivshmem_progress_pending(void)
+{
+    int done = 0;
+    for (uint32_t i = 0; i < C->npeers && C->pending_frags; i++) {
+        struct mca_btl_base_endpoint_t *ep = C->peers[i];
+        if (!ep)
+            continue;
+        opal_list_item_t *it;
+        while ((it = opal_list_get_first(&ep->pending)) !=
+               opal_list_get_end(&ep->pending)) {
+            mca_btl_base_descriptor_t *des = (mca_btl_base_descriptor_t *)it;
+            ivshm_status_t st = put_frag(ep, (mca_btl_ivshmem_frag_t *)des);
+            if (st == IVSHM_ERR_AGAIN)
+                break;
+            opal_list_remove_first(&ep->pending);
+            C->pending_frags--;
+            complete(&mca_btl_ivshmem_module.super, ep, des, status_to_opal(st));
+            done++;
+        }
+    }
+    return done;
 }
 
 static int ivshmem_sendi(struct mca_btl_base_module_t *btl,
@@ -227,8 +295,8 @@ static int ivshmem_sendi(struct mca_btl_base_module_t *btl,
     size_t total = header_size + payload_size;
     if (descriptor)
         *descriptor = NULL;
-    if (total > btl->btl_eager_limit)
-        return OPAL_ERR_OUT_OF_RESOURCE;
+    if (total > btl->btl_eager_limit || !opal_list_is_empty(&endpoint->pending))
+        return OPAL_ERR_OUT_OF_RESOURCE; /* behind queued sends: keep order */
     /* room first, so that a failure leaves the convertor untouched */
     void *buf;
     ivshm_rsv_t rsv;

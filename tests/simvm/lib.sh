@@ -20,6 +20,7 @@ simvm_mpirun() {
         --mca oob_tcp_if_include 10.200.0.0/24 --mca btl_tcp_if_include 10.200.0.0/24 \
         --mca mca_base_component_path "$top_builddir/mpi-plugin/.libs:$OMPI_SYS_COMPONENTS" \
         --mca orte_base_help_aggregate 0 -x IVSHM_HELP_DIR \
+        --mca orte_default_hostfile none \
         --mca pml ob1 --mca osc pt2pt \
         "$@"
 }
