@@ -21,5 +21,6 @@ if command -v ip >/dev/null && ip netns add ivsprobe 2>/dev/null && ip netns del
 fi
 echo "paper-eval mode: ${mode:-simulated VMs}" >&2
 top_builddir=$PWD top_srcdir=$top sh "$top/benchmarks/paper-eval.sh" $mode \
-    --parts "$PARTS" --out "$OUT" 2>"$OUT/progress-$(echo "$PARTS" | tr ' ' '-').txt"
+    --parts "$PARTS" --vms "${VMS:-2 4 8 15}" --out "$OUT" \
+    2>"$OUT/progress-$(echo "$PARTS" | tr ' ' '-').txt"
 tail -c 600 "$OUT"/progress-*.txt

@@ -74,6 +74,14 @@ else
     simvm_format 1G
 fi
 
+# a run that hangs is reported and skipped, never stalls the whole runner
+run_limit=${RUN_LIMIT:-240}
+simvm_mpirun_limit() {
+    hosts=$1 np=$2
+    shift 2
+    timeout "$run_limit" sh -c '. "$0"; simvm_mpirun "$@"' "$here/../tests/simvm/lib.sh" "$hosts" "$np" "$@"
+}
+
 # more busy-polling ranks than cores: they must yield
 yield_for() { [ "$1" -gt "$ncores" ] && echo "--mca mpi_yield_when_idle 1" || true; }
 
@@ -91,7 +99,7 @@ mpi() {
         bind="--bind-to core --map-by core"
         [ "$np" -gt "$ncores" ] && bind="--bind-to none --oversubscribe"
         # shellcheck disable=SC2046,SC2086
-        mpirun --allow-run-as-root -np "$np" $bind \
+        timeout "$run_limit" mpirun --allow-run-as-root -np "$np" $bind \
             --mca mca_base_component_path "$top_builddir/mpi-plugin/.libs:$OMPI_SYS_COMPONENTS" \
             --mca pml ob1 --mca osc pt2pt $(yield_for "$np") $btl \
             -x IVSHM_REGION -x IVSHM_HELP_DIR "$@"
@@ -103,7 +111,7 @@ mpi() {
             while [ $i -le "$np" ]; do hosts="$hosts${hosts:+,}10.200.0.$i:1"; i=$((i + 1)); done
         fi
         # shellcheck disable=SC2046,SC2086
-        simvm_mpirun "$hosts" "$np" $(yield_for "$np") $btl "$@"
+        simvm_mpirun_limit "$hosts" "$np" $(yield_for "$np") $btl "$@"
     fi
 }
 NET1=10.200.0.1
