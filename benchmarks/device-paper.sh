@@ -5,16 +5,8 @@
 # there (a carried .devtools/bin/ip counts), else --single-node, and
 # writes into $OUT. PARTS picks the parts ("pt2pt coll app").
 set -u
-OUT=${OUT:-$(pwd)/device-out}
 PARTS=${PARTS:-pt2pt coll app}
-mkdir -p "$OUT"
-top=$(pwd)
-[ -d "$top/.devtools/bin" ] && PATH=$top/.devtools/bin:$PATH && export PATH
-[ -x configure ] && [ "${SKIP_AUTORECONF:-0}" = 1 ] || autoreconf -fi >/dev/null 2>&1
-rm -rf _dev && mkdir -p _dev && cd _dev
-"$top/configure" CFLAGS="-O2 -g" --disable-guest-tests >configure.out 2>&1 ||
-    { tail -40 configure.out; exit 1; }
-make -j"$(nproc)" >make.out 2>&1 || { tail -40 make.out; exit 1; }
+. "$(dirname "$0")/device-build.sh"
 mode=--single-node
 if command -v ip >/dev/null && ip netns add ivsprobe 2>/dev/null && ip netns del ivsprobe; then
     mode=""

@@ -5,15 +5,8 @@
 # VM test bed as a check of that machine's Open MPI. Writes into $OUT (or
 # ./device-out).
 set -u
-OUT=${OUT:-$(pwd)/device-out}
-mkdir -p "$OUT"
-top=$(pwd)
+. "$(dirname "$0")/device-build.sh"
 { uname -a; nproc; lscpu | grep -E 'Model name|Socket|Core|Thread|NUMA node\(s\)'; ompi_info | grep -E 'Open MPI:' ; } >"$OUT/machine.txt" 2>&1
-# machines without libtool get the generated build system carried along
-[ -x configure ] && [ "${SKIP_AUTORECONF:-0}" = 1 ] || autoreconf -fi >/dev/null 2>&1
-mkdir -p _dev && cd _dev
-"$top/configure" CFLAGS="-O2 -g" >configure.out 2>&1 || { tail -40 configure.out; exit 1; }
-make -j"$(nproc)" >make.out 2>&1 || { tail -40 make.out; exit 1; }
 tail -8 configure.out >>"$OUT/machine.txt"
 ./benchmarks/ivshm-lat --max 4194304 --csv "$OUT/ivshm-lat.csv" >"$OUT/ivshm-lat.txt" 2>&1
 ./benchmarks/ivshm-bw --max 4194304 --csv "$OUT/ivshm-bw.csv" >"$OUT/ivshm-bw.txt" 2>&1

@@ -37,14 +37,6 @@ while [ $# -gt 0 ]; do
     shift
 done
 [ $quick = 1 ] && [ "$vms" = "2 4 8 15" ] && vms="2"
-# Settings some machines put in the environment would bend the comparison
-# (a forced plm cannot start daemons in the VMs; a forced vader copy
-# mechanism is not native): the runs use Open MPI's defaults.
-env_notes=""
-for v in OMPI_MCA_plm OMPI_MCA_btl_vader_single_copy_mechanism OMPI_MCA_btl OMPI_MCA_pml; do
-    eval "val=\${$v:-}"
-    [ -n "$val" ] && env_notes="$env_notes $v=$val" && unset "$v"
-done
 out=${out:-$(pwd)/paper-eval-out}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -75,12 +67,7 @@ else
 fi
 
 # a run that hangs is reported and skipped, never stalls the whole runner
-run_limit=${RUN_LIMIT:-240}
-simvm_mpirun_limit() {
-    hosts=$1 np=$2
-    shift 2
-    timeout "$run_limit" sh -c '. "$0"; simvm_mpirun "$@"' "$here/../tests/simvm/lib.sh" "$hosts" "$np" "$@"
-}
+SIMVM_TIMEOUT=${RUN_LIMIT:-240}
 
 # more busy-polling ranks than cores: they must yield
 yield_for() { [ "$1" -gt "$ncores" ] && echo "--mca mpi_yield_when_idle 1" || true; }
@@ -99,22 +86,21 @@ mpi() {
         bind="--bind-to core --map-by core"
         [ "$np" -gt "$ncores" ] && bind="--bind-to none --oversubscribe"
         # shellcheck disable=SC2046,SC2086
-        timeout "$run_limit" mpirun --allow-run-as-root -np "$np" $bind \
+        timeout "$SIMVM_TIMEOUT" mpirun --allow-run-as-root -np "$np" $bind \
             --mca mca_base_component_path "$top_builddir/mpi-plugin/.libs:$OMPI_SYS_COMPONENTS" \
             --mca pml ob1 --mca osc pt2pt $(yield_for "$np") $btl \
             -x IVSHM_REGION -x IVSHM_HELP_DIR "$@"
     else
         if [ $setup = native ]; then
-            hosts=$NET1:$np
+            hosts=10.200.0.1:$np
         else
             hosts=""; i=1
             while [ $i -le "$np" ]; do hosts="$hosts${hosts:+,}10.200.0.$i:1"; i=$((i + 1)); done
         fi
         # shellcheck disable=SC2046,SC2086
-        simvm_mpirun_limit "$hosts" "$np" $(yield_for "$np") $btl "$@"
+        simvm_mpirun "$hosts" "$np" $(yield_for "$np") $btl "$@"
     fi
 }
-NET1=10.200.0.1
 
 # ---- the plan: one line per run ("part bench np maxbytes") ----
 plan=$work/plan
@@ -149,7 +135,7 @@ reps=$([ $quick = 1 ] && echo 3 || echo 5)
     echo "command: paper-eval.sh $([ $quick = 1 ] && echo --quick) $([ $single = 1 ] && echo --single-node) --parts \"$parts\" --vms \"$vms\""
     echo "mode: $([ $single = 1 ] && echo "single node (ranks pinned to cores, ivshmem forced with btl_ivshmem_same_vm, tcp over loopback)" || echo "simulated VMs (network + UTS namespaces, tcp over veth)")"
     echo "cores: $ncores"
-    [ -n "$env_notes" ] && echo "unset for the runs (set by the machine's environment):$env_notes"
+    [ -n "$SIMVM_ENV_NOTES" ] && echo "unset for the runs (set by the machine's environment):$SIMVM_ENV_NOTES"
     lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1 | sed 's/^/cpu: /'
     ompi_info 2>/dev/null | sed -n 's/^ *Open MPI: */open mpi: /p' | head -1
     uname -sr | sed 's/^/kernel: /'

@@ -396,7 +396,7 @@ static void ep_free_local(ivshm_ep_t *ep)
     free(ep);
 }
 
-static ivshm_status_t poll_wait(void *ctx, const volatile uint64_t *word,
+ivshm_status_t ivshm__poll_wait(void *ctx, const volatile uint64_t *word,
                                 uint64_t seen, uint64_t timeout_ns)
 {
     (void)ctx;
@@ -441,7 +441,7 @@ ivshm_status_t ivshm_ep_create(ivshm_domain_t *d, int index,
         goto err_free;
     ep->handler = handler;
     ep->harg = arg;
-    ep->notifier = (ivshm_notifier_t){poll_ring, poll_wait, NULL};
+    ep->notifier = (ivshm_notifier_t){poll_ring, ivshm__poll_wait, NULL};
     ep->peers = calloc(d->max_eps, sizeof(*ep->peers));
     ep->active = calloc(ep->cfg.fbox_budget + 1, sizeof(*ep->active));
     ep->frag_issued = calloc(ep->cfg.frag_count, sizeof(*ep->frag_issued));

@@ -38,12 +38,11 @@ ivshm_status_t ivshm__db_open(ivshm_region_t *r, struct dir_entry *dir,
                            "doorbells need the guest driver (region %s is "
                            "not a dev: region)",
                            r->uri);
-    uint32_t ivpos, vectors;
-    bool doorbell;
-    ivshm_status_t st = ivshm__dev_info(r->fd, &ivpos, &vectors, &doorbell);
+    struct ivshmem_info info;
+    ivshm_status_t st = ivshm__dev_info(r->fd, r->uri, &info);
     if (st != IVSHM_OK)
         return st;
-    if (!doorbell || vectors == 0)
+    if (!(info.flags & IVSHMEM_F_DOORBELL) || info.vectors == 0)
         return ivshm__fail(IVSHM_ERR_NOTSUP,
                            "%s is an ivshmem-plain device: no interrupts "
                            "(use ivshmem-doorbell and ivshm-server)",
@@ -53,7 +52,7 @@ ivshm_status_t ivshm__db_open(ivshm_region_t *r, struct dir_entry *dir,
         return ivshm__fail(IVSHM_ERR_SYS, "out of memory");
     db->ring_fd = r->fd;
     db->wait_fd = -1;
-    db->ivpos = ivpos;
+    db->ivpos = info.ivposition;
     db->dir = dir;
     db->max_eps = max_eps;
     const char *rc = getenv("IVSHM_DOORBELL_RECHECK_MS");
@@ -130,13 +129,9 @@ ivshm_status_t ivshm__db_wait(void *ctx, const volatile uint64_t *word,
         } else if (n > 0) {
             /* the device went away (POLLERR/POLLHUP): keep the wait
              * correct by polling the word from now on */
-            unsigned spins = 0;
-            while (atomic_load(w) == seen) {
-                if (ivshm__mono_ns() >= deadline)
-                    return IVSHM_ERR_AGAIN;
-                ivshm__backoff(&spins);
-            }
-            return IVSHM_OK;
+            return ivshm__poll_wait(NULL, word, seen,
+                                    deadline == UINT64_MAX ? UINT64_MAX
+                                                           : deadline - now);
         }
         now = ivshm__mono_ns();
     }

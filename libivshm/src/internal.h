@@ -176,9 +176,10 @@ ivshm_status_t ivshm__provider_open(const char *uri, bool rdonly, bool create,
                                     int *fd, uint64_t *size, char **resolved);
 
 bool ivshm__provider_is_dev(const struct ivshm_provider *p);
-/* the guest driver's view of a dev: region's device */
-ivshm_status_t ivshm__dev_info(int fd, uint32_t *ivposition,
-                               uint32_t *vectors, bool *doorbell);
+/* the guest driver's view of a dev: region's device (ivshmem_uapi.h) */
+struct ivshmem_info;
+ivshm_status_t ivshm__dev_info(int fd, const char *path,
+                               struct ivshmem_info *info);
 
 /* status.c */
 ivshm_status_t ivshm__fail(ivshm_status_t st, const char *fmt, ...)

@@ -223,6 +223,14 @@ static ivshm_status_t pci_open(const char *rest, bool rdonly, bool create,
     return IVSHM_OK;
 }
 
+/* The guest driver's devices (sysfs class "ivshmem"): how many, and the
+ * first one's name; dir gets the class directory, for messages. */
+static int driver_devices(char *dir, size_t dn, char *name, size_t n)
+{
+    snprintf(dir, dn, "%s/class/ivshmem", sysfs_root());
+    return first_entry(dir, name, n);
+}
+
 /* dev: the guest driver's character device (guest-driver/ivshmem.c) */
 static ivshm_status_t dev_open(const char *rest, bool rdonly, bool create,
                                uint64_t create_size, int *fd, uint64_t *size,
@@ -236,8 +244,7 @@ static ivshm_status_t dev_open(const char *rest, bool rdonly, bool create,
     char path[300];
     if (strcmp(rest, "auto") == 0 || *rest == '\0') {
         char dir[300], name[32];
-        snprintf(dir, sizeof(dir), "%s/class/ivshmem", sysfs_root());
-        int n = first_entry(dir, name, sizeof(name));
+        int n = driver_devices(dir, sizeof(dir), name, sizeof(name));
         if (n == 0)
             return ivshm__fail(IVSHM_ERR_NODEV,
                                "no device of the ivshmem guest driver (%s is "
@@ -259,15 +266,10 @@ static ivshm_status_t dev_open(const char *rest, bool rdonly, bool create,
     if (f < 0)
         return ivshm__fail_errno(errno, "cannot open ivshmem device", path);
     struct ivshmem_info info;
-    if (ioctl(f, IVSHMEM_IOC_INFO, &info) < 0) {
-        int e = errno;
+    ivshm_status_t st = ivshm__dev_info(f, path, &info);
+    if (st != IVSHM_OK) {
         close(f);
-        if (e == ENOTTY || e == EINVAL)
-            return ivshm__fail(IVSHM_ERR_NODEV,
-                               "%s is not a device of the ivshmem guest "
-                               "driver",
-                               path);
-        return ivshm__fail_errno(e, "cannot query ivshmem device", path);
+        return st;
     }
     *fd = f;
     *size = info.shm_size;
@@ -275,17 +277,16 @@ static ivshm_status_t dev_open(const char *rest, bool rdonly, bool create,
     return IVSHM_OK;
 }
 
-ivshm_status_t ivshm__dev_info(int fd, uint32_t *ivposition,
-                               uint32_t *vectors, bool *doorbell)
+ivshm_status_t ivshm__dev_info(int fd, const char *path,
+                               struct ivshmem_info *info)
 {
-    struct ivshmem_info info;
-    if (ioctl(fd, IVSHMEM_IOC_INFO, &info) < 0)
-        return ivshm__fail_errno(errno, "cannot query ivshmem device",
-                                 "the region's device");
-    *ivposition = info.ivposition;
-    *vectors = info.vectors;
-    *doorbell = (info.flags & IVSHMEM_F_DOORBELL) != 0;
-    return IVSHM_OK;
+    if (ioctl(fd, IVSHMEM_IOC_INFO, info) == 0)
+        return IVSHM_OK;
+    if (errno == ENOTTY || errno == EINVAL)
+        return ivshm__fail(IVSHM_ERR_NODEV,
+                           "%s is not a device of the ivshmem guest driver",
+                           path);
+    return ivshm__fail_errno(errno, "cannot query ivshmem device", path);
 }
 
 static const struct ivshm_provider providers[] = {
@@ -296,7 +297,7 @@ static const struct ivshm_provider providers[] = {
 
 bool ivshm__provider_is_dev(const struct ivshm_provider *p)
 {
-    return p == &providers[2];
+    return p && p->open == dev_open;
 }
 
 ivshm_status_t ivshm__provider_open(const char *uri, bool rdonly, bool create,
@@ -306,9 +307,9 @@ ivshm_status_t ivshm__provider_open(const char *uri, bool rdonly, bool create,
 {
     if (strcmp(uri, "auto") == 0) {
         char dir[300], name[32];
-        snprintf(dir, sizeof(dir), "%s/class/ivshmem", sysfs_root());
-        uri = first_entry(dir, name, sizeof(name)) > 0 ? "dev:auto"
-                                                       : "pci:auto";
+        uri = driver_devices(dir, sizeof(dir), name, sizeof(name)) > 0
+                  ? "dev:auto"
+                  : "pci:auto";
     }
     const char *colon = strchr(uri, ':');
     if (!colon) {

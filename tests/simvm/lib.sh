@@ -8,14 +8,25 @@ OMPI_SYS_COMPONENTS=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed 's
 IVSHM_HELP_DIR="$top_srcdir/mpi-plugin"
 export IVSHM_HELP_DIR
 
+# Settings some machines put in the environment would break the simulated
+# VMs (a forced plm cannot start daemons in them) or bend comparisons (a
+# forced BTL choice or vader copy mechanism is not Open MPI's default): the
+# runs use the defaults; SIMVM_ENV_NOTES says what was unset.
+SIMVM_ENV_NOTES=""
+for v in OMPI_MCA_plm OMPI_MCA_btl_vader_single_copy_mechanism OMPI_MCA_btl OMPI_MCA_pml; do
+    eval "val=\${$v:-}"
+    [ -n "$val" ] && SIMVM_ENV_NOTES="$SIMVM_ENV_NOTES $v=$val" && unset "$v"
+done
+
 # pml ob1: the BTLs (ours among them) serve ob1; Debian's build would pick
 # pml/osc ucx where UCX finds a network. osc pt2pt: one-sided over the
 # BTLs' send path (osc rdma needs put/get, which this BTL does not offer).
 # simvm_mpirun HOSTS NP ARGS... (HOSTS as for --host, e.g. 10.200.0.1:2,...)
+# $SIMVM_TIMEOUT (seconds), if set, cuts off a run that hangs.
 simvm_mpirun() {
     hosts=$1 np=$2
     shift 2
-    mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" --host "$hosts" \
+    ${SIMVM_TIMEOUT:+timeout "$SIMVM_TIMEOUT"} mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" --host "$hosts" \
         --mca plm_rsh_agent "$top_srcdir/tests/simvm/agent" \
         --mca oob_tcp_if_include 10.200.0.0/24 --mca btl_tcp_if_include 10.200.0.0/24 \
         --mca mca_base_component_path "$top_builddir/mpi-plugin/.libs:$OMPI_SYS_COMPONENTS" \
