@@ -60,7 +60,18 @@ typedef struct mca_btl_ivshmem_component_t {
     uint32_t npeers;
     uint64_t pending_frags; /* queued sends, all endpoints */
     char *why_not; /* reason the component stepped aside, for verbose */
+    uint32_t reached;       /* peers this process reaches through us */
+    opal_free_list_t regs;  /* registration handles */
+    /* Region memory for the ivshmem mpool (MPI_Alloc_mem): the mpool
+     * finds this component among the initialised BTLs and checks abi. */
+    uint32_t abi;
+    void *(*mem_alloc)(size_t size); /* NULL: cannot (caller mallocs) */
+    void (*mem_free)(void *ptr);
+    uint64_t mem_allocs; /* live region buffers */
 } mca_btl_ivshmem_component_t;
+
+/* Bumped whenever the component struct or mem_* change meaning. */
+#define MCA_BTL_IVSHMEM_ABI 0x49560001u
 
 OPAL_MODULE_DECLSPEC extern mca_btl_ivshmem_component_t
     mca_btl_ivshmem_component;
@@ -78,9 +89,32 @@ struct mca_btl_base_endpoint_t {
     uint64_t sends, bytes_out;
     uint64_t recvs, bytes_in;
     uint64_t queued;      /* sends that found the peer's queue full */
+    uint64_t gets, get_bytes; /* single-copy reads of the peer's buffers */
+    uint64_t puts, put_bytes; /* single-copy writes into them */
+    uint64_t rdma_refused;    /* put/get with a handle that does not hold */
     opal_list_t pending;  /* those waiting, in order (retried by progress) */
 };
 typedef struct mca_btl_base_endpoint_t mca_btl_base_endpoint_t;
+
+/* A registration. Memory inside the region can be reached by peers: its
+ * handle names it by region offset. Other memory is registered for local
+ * use only (the local side of a put or get), so that ob1 never offers it
+ * to a peer. Handles from peers are untrusted and checked before use. */
+#define IVSHMEM_REG_IN_REGION 0x1u
+struct mca_btl_base_registration_handle_t {
+    uint64_t addr;  /* the registering process' address of the buffer */
+    uint64_t len;
+    uint64_t off;   /* region offset of addr (IVSHMEM_REG_IN_REGION) */
+    uint32_t flags;
+    uint32_t check; /* IVSHMEM_REG_CHECK ^ flags, a cheap sanity mark */
+};
+#define IVSHMEM_REG_CHECK 0x52474849u /* "IHGR" */
+
+typedef struct mca_btl_ivshmem_reg_t {
+    opal_free_list_item_t super;
+    mca_btl_base_registration_handle_t handle;
+} mca_btl_ivshmem_reg_t;
+OBJ_CLASS_DECLARATION(mca_btl_ivshmem_reg_t);
 
 typedef struct mca_btl_ivshmem_frag_t {
     mca_btl_base_descriptor_t base;

@@ -23,6 +23,8 @@ static mca_btl_base_module_t **ivshmem_init(int *num_btls,
                                             bool enable_progress_threads,
                                             bool enable_mpi_threads);
 static int ivshmem_progress(void);
+static void *region_mem_alloc(size_t size);
+static void region_mem_free(void *ptr);
 
 mca_btl_ivshmem_component_t mca_btl_ivshmem_component = {
     .super = {
@@ -38,6 +40,9 @@ mca_btl_ivshmem_component_t mca_btl_ivshmem_component = {
         .btl_init = ivshmem_init,
         .btl_progress = ivshmem_progress,
     },
+    .abi = MCA_BTL_IVSHMEM_ABI,
+    .mem_alloc = region_mem_alloc,
+    .mem_free = region_mem_free,
 };
 
 static void frag_construct(mca_btl_ivshmem_frag_t *f)
@@ -47,6 +52,7 @@ static void frag_construct(mca_btl_ivshmem_frag_t *f)
 }
 OBJ_CLASS_INSTANCE(mca_btl_ivshmem_frag_t, mca_btl_base_descriptor_t,
                    frag_construct, NULL);
+OBJ_CLASS_INSTANCE(mca_btl_ivshmem_reg_t, opal_free_list_item_t, NULL, NULL);
 
 static void reg_var(const char *name, const char *doc, mca_base_var_type_t type,
                     int level, mca_base_var_scope_t scope, void *storage)
@@ -116,7 +122,23 @@ static int ivshmem_register(void)
     m->btl_max_send_size = 32 * 1024;
     m->btl_latency = 1;
     m->btl_bandwidth = 10000;
-    m->btl_flags = MCA_BTL_FLAGS_SEND;
+    /* Put and get reach buffers that live in the region (MPI_Alloc_mem
+     * through the ivshmem mpool): ob1's RGET then moves a large message
+     * with one copy. Everything else is copied through sends: no
+     * receiver-driven pipeline (its registrations of private memory could
+     * never succeed), hence the unreachable pipeline threshold. */
+    m->btl_flags = MCA_BTL_FLAGS_SEND | MCA_BTL_FLAGS_RDMA;
+    m->btl_min_rdma_pipeline_size = SIZE_MAX;
+    m->btl_rdma_pipeline_send_length = 32 * 1024;
+    m->btl_rdma_pipeline_frag_size = SIZE_MAX;
+    m->btl_registration_handle_size =
+        sizeof(mca_btl_base_registration_handle_t);
+    m->btl_get_limit = SIZE_MAX;
+    m->btl_put_limit = SIZE_MAX;
+    m->btl_get_alignment = 0;
+    m->btl_put_alignment = 0;
+    m->btl_get_local_registration_threshold = SIZE_MAX;
+    m->btl_put_local_registration_threshold = SIZE_MAX;
     return mca_btl_base_param_register(&c->super.btl_version, m);
 }
 
@@ -144,6 +166,7 @@ static int ivshmem_open(void)
     c->output = opal_output_open(NULL);
     opal_output_set_verbosity(c->output, c->verbose);
     OBJ_CONSTRUCT(&c->frags, opal_free_list_t);
+    OBJ_CONSTRUCT(&c->regs, opal_free_list_t);
     return OPAL_SUCCESS;
 }
 
@@ -152,6 +175,7 @@ static int ivshmem_close(void)
     mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
     mca_btl_ivshmem_teardown();
     OBJ_DESTRUCT(&c->frags);
+    OBJ_DESTRUCT(&c->regs);
     free(c->why_not);
     c->why_not = NULL;
     opal_output_close(c->output);
@@ -249,6 +273,12 @@ int mca_btl_ivshmem_setup(void)
                                  OBJ_CLASS(mca_btl_ivshmem_frag_t),
                                  m->btl_max_send_size, opal_cache_line_size,
                                  16, -1, 16, NULL, 0, NULL, NULL, NULL);
+    if (rc == OPAL_SUCCESS)
+        rc = opal_free_list_init(&c->regs, sizeof(mca_btl_ivshmem_reg_t),
+                                 opal_cache_line_size,
+                                 OBJ_CLASS(mca_btl_ivshmem_reg_t), 0,
+                                 opal_cache_line_size, 16, -1, 16, NULL, 0,
+                                 NULL, NULL, NULL);
     if (!c->peers || rc != OPAL_SUCCESS)
         return step_aside(IVSHM_ERR_SYS, "out of memory");
     return OPAL_SUCCESS;
@@ -278,6 +308,48 @@ void mca_btl_ivshmem_teardown(void)
         free(c->peers);
         c->peers = NULL;
     }
+    c->reached = 0;
+    c->mem_allocs = 0;
+}
+
+/* Region memory for MPI_Alloc_mem (through the ivshmem mpool). Only while
+ * this process reaches a peer through us, and only for buffers larger
+ * than one eager message: smaller ones gain nothing from a single copy
+ * and would each take a whole chunk of the region. */
+static void *region_mem_alloc(size_t size)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    if (!c->ep || !c->reached ||
+        size <= mca_btl_ivshmem_module.super.btl_eager_limit)
+        return NULL;
+    uint64_t off;
+    ivshm_status_t st = ivshm_alloc(c->r, size, &off);
+    if (st != IVSHM_OK) {
+        static bool said;
+        if (!said)
+            opal_output_verbose(1, c->output,
+                                "btl ivshmem: MPI_Alloc_mem of %zu bytes "
+                                "stays in private memory (copied through "
+                                "sends), as will others that do not fit: %s",
+                                size, ivshm_last_error());
+        said = true;
+        return NULL;
+    }
+    c->mem_allocs++;
+    return (char *)ivshm_region_base(c->r) + off;
+}
+
+static void region_mem_free(void *ptr)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    if (!c->r) /* the region is gone, and its chunks with it */
+        return;
+    uintptr_t base = (uintptr_t)ivshm_region_base(c->r);
+    uintptr_t p = (uintptr_t)ptr;
+    if (p < base || p - base >= ivshm_region_size(c->r))
+        return;
+    if (ivshm_free(c->r, (uint64_t)(p - base)) == IVSHM_OK && c->mem_allocs)
+        c->mem_allocs--;
 }
 
 static mca_btl_base_module_t **ivshmem_init(int *num_btls,

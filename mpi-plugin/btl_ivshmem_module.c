@@ -5,6 +5,9 @@
  * no room in the peer's queue waits in the endpoint's pending list (in
  * order, later sends queue behind it) and progress retries it, then calls
  * ob1 back, as vader does; sendi simply fails while anything waits.
+ * Buffers that live in the region (MPI_Alloc_mem through the ivshmem
+ * mpool) are registered by region offset and read or written by peers
+ * with one copy (put/get, which ob1 uses for its RGET protocol).
  */
 #include "btl_ivshmem.h"
 
@@ -15,6 +18,7 @@
 #include "opal/util/proc.h"
 #include "opal/util/show_help.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -80,6 +84,8 @@ static int ivshmem_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
                 return OPAL_ERR_OUT_OF_RESOURCE;
             OBJ_CONSTRUCT(&ep->pending, opal_list_t);
         }
+        if (!ep->proc)
+            C->reached++;
         ep->proc = proc;
         ep->peer = peer;
         ep->vpid = vpid;
@@ -97,11 +103,15 @@ static void print_stats(struct mca_btl_base_endpoint_t *ep)
     gethostname(host, sizeof(host));
     opal_output(0,
                 "btl ivshmem stats: host %s rank %u -> rank %u: %llu sends "
-                "%llu bytes, %llu receives %llu bytes, %llu queued for room",
+                "%llu bytes, %llu receives %llu bytes, %llu queued for room, "
+                "%llu gets %llu bytes, %llu puts %llu bytes, %llu refused",
                 host, (unsigned)OPAL_PROC_MY_NAME.vpid, ep->vpid,
                 (unsigned long long)ep->sends, (unsigned long long)ep->bytes_out,
                 (unsigned long long)ep->recvs, (unsigned long long)ep->bytes_in,
-                (unsigned long long)ep->queued);
+                (unsigned long long)ep->queued, (unsigned long long)ep->gets,
+                (unsigned long long)ep->get_bytes, (unsigned long long)ep->puts,
+                (unsigned long long)ep->put_bytes,
+                (unsigned long long)ep->rdma_refused);
 }
 
 static int ivshmem_free(struct mca_btl_base_module_t *btl,
@@ -118,6 +128,7 @@ static int ivshmem_del_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
             if (C->stats)
                 print_stats(ep);
             C->peers[ep->peer] = NULL;
+            C->reached--;
             opal_list_item_t *it;
             while ((it = opal_list_remove_first(&ep->pending)) != NULL) {
                 mca_btl_base_descriptor_t *des = (mca_btl_base_descriptor_t *)it;
@@ -327,6 +338,143 @@ static int ivshmem_sendi(struct mca_btl_base_module_t *btl,
     return OPAL_SUCCESS;
 }
 
+/* ---- single copy: registration, put and get ---- */
+
+/* Where [p, p + len) lies in our mapping of the region: its offset, or
+ * UINT64_MAX when it is not wholly inside. */
+static uint64_t region_offset(const void *p, size_t len)
+{
+    if (!C->r)
+        return UINT64_MAX;
+    uintptr_t base = (uintptr_t)ivshm_region_base(C->r);
+    uint64_t size = ivshm_region_size(C->r);
+    uintptr_t a = (uintptr_t)p;
+    if (a < base || len > size || a - base > size - len)
+        return UINT64_MAX;
+    return (uint64_t)(a - base);
+}
+
+static struct mca_btl_base_registration_handle_t *
+ivshmem_register_mem(struct mca_btl_base_module_t *btl,
+                     struct mca_btl_base_endpoint_t *endpoint, void *base,
+                     size_t size, uint32_t flags)
+{
+    (void)btl;
+    (void)endpoint;
+    uint64_t off = region_offset(base, size);
+    /* memory outside the region cannot be reached by a peer in another VM:
+     * refuse any registration a peer would use (ob1 then copies), grant
+     * the local side of a transfer (no remote access asked for, or local
+     * write as ob1 asks for the target of a get) */
+    bool remote = (flags & (MCA_BTL_REG_FLAG_REMOTE_READ |
+                            MCA_BTL_REG_FLAG_REMOTE_WRITE |
+                            MCA_BTL_REG_FLAG_REMOTE_ATOMIC)) != 0;
+    bool local_only = !remote || ((flags & MCA_BTL_REG_FLAG_LOCAL_WRITE) &&
+                                  !(flags & MCA_BTL_REG_FLAG_REMOTE_ATOMIC));
+    if (off == UINT64_MAX && !local_only)
+        return NULL;
+    mca_btl_ivshmem_reg_t *reg =
+        (mca_btl_ivshmem_reg_t *)opal_free_list_get(&C->regs);
+    if (!reg)
+        return NULL;
+    reg->handle.addr = (uint64_t)(uintptr_t)base;
+    reg->handle.len = size;
+    reg->handle.off = off == UINT64_MAX ? 0 : off;
+    reg->handle.flags = off == UINT64_MAX ? 0 : IVSHMEM_REG_IN_REGION;
+    reg->handle.check = IVSHMEM_REG_CHECK ^ reg->handle.flags;
+    return &reg->handle;
+}
+
+static int ivshmem_deregister_mem(struct mca_btl_base_module_t *btl,
+                                  struct mca_btl_base_registration_handle_t *h)
+{
+    (void)btl;
+    mca_btl_ivshmem_reg_t *reg =
+        (mca_btl_ivshmem_reg_t *)((char *)h -
+                                  offsetof(mca_btl_ivshmem_reg_t, handle));
+    opal_free_list_return(&C->regs, &reg->super);
+    return OPAL_SUCCESS;
+}
+
+/* Our mapping of [raddr, raddr + size) of a peer's registered buffer, or
+ * NULL. The handle came from the peer: every field is checked. */
+static void *remote_ptr(const mca_btl_base_registration_handle_t *h,
+                        uint64_t raddr, size_t size)
+{
+    if (!h || !C->r)
+        return NULL;
+    mca_btl_base_registration_handle_t hd;
+    memcpy(&hd, h, sizeof(hd)); /* one read of shared bytes */
+    uint64_t rsize = ivshm_region_size(C->r);
+    if (hd.flags != IVSHMEM_REG_IN_REGION ||
+        hd.check != (IVSHMEM_REG_CHECK ^ hd.flags) || hd.len > rsize ||
+        hd.off > rsize - hd.len || raddr < hd.addr ||
+        raddr - hd.addr > hd.len || size > hd.len - (raddr - hd.addr))
+        return NULL;
+    return (char *)ivshm_region_base(C->r) + hd.off + (raddr - hd.addr);
+}
+
+static int refuse_rdma(struct mca_btl_base_endpoint_t *endpoint,
+                       const char *op, uint64_t raddr, size_t size)
+{
+    if (endpoint->rdma_refused++ == 0)
+        opal_output_verbose(1, C->output,
+                            "btl ivshmem: %s of %zu bytes at 0x%llx of rank "
+                            "%u refused: the handle does not name memory "
+                            "of the shared region",
+                            op, size, (unsigned long long)raddr,
+                            endpoint->vpid);
+    /* ob1 falls back to copying through sends */
+    return OPAL_ERROR;
+}
+
+/* One copy between local memory and a peer's registered region buffer;
+ * complete at once, as vader's single-copy mechanisms are. */
+static int rdma_copy(struct mca_btl_base_module_t *btl,
+                     struct mca_btl_base_endpoint_t *endpoint, bool put,
+                     void *local_address, uint64_t remote_address,
+                     struct mca_btl_base_registration_handle_t *local_handle,
+                     struct mca_btl_base_registration_handle_t *remote_handle,
+                     size_t size, mca_btl_base_rdma_completion_fn_t cbfunc,
+                     void *cbcontext, void *cbdata)
+{
+    void *remote = remote_ptr(remote_handle, remote_address, size);
+    if (!remote)
+        return refuse_rdma(endpoint, put ? "put" : "get", remote_address,
+                           size);
+    if (put) {
+        memcpy(remote, local_address, size);
+        endpoint->puts++;
+        endpoint->put_bytes += size;
+    } else {
+        memcpy(local_address, remote, size);
+        endpoint->gets++;
+        endpoint->get_bytes += size;
+    }
+    cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata,
+           OPAL_SUCCESS);
+    return OPAL_SUCCESS;
+}
+
+#define IVSHMEM_RDMA_FN(name, put)                                            \
+    static int name(struct mca_btl_base_module_t *btl,                        \
+                    struct mca_btl_base_endpoint_t *endpoint,                 \
+                    void *local_address, uint64_t remote_address,             \
+                    struct mca_btl_base_registration_handle_t *local_handle,  \
+                    struct mca_btl_base_registration_handle_t *remote_handle, \
+                    size_t size, int flags, int order,                        \
+                    mca_btl_base_rdma_completion_fn_t cbfunc,                 \
+                    void *cbcontext, void *cbdata)                            \
+    {                                                                         \
+        (void)flags;                                                          \
+        (void)order;                                                          \
+        return rdma_copy(btl, endpoint, put, local_address, remote_address,   \
+                         local_handle, remote_handle, size, cbfunc,           \
+                         cbcontext, cbdata);                                  \
+    }
+IVSHMEM_RDMA_FN(ivshmem_get, false)
+IVSHMEM_RDMA_FN(ivshmem_put, true)
+
 /* A piece from a peer: its tag and length are untrusted; the callback sees
  * a descriptor whose one segment points at the data in the region. */
 void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m)
@@ -378,5 +526,9 @@ mca_btl_ivshmem_module_t mca_btl_ivshmem_module = {
         .btl_prepare_src = ivshmem_prepare_src,
         .btl_send = ivshmem_send,
         .btl_sendi = ivshmem_sendi,
+        .btl_put = ivshmem_put,
+        .btl_get = ivshmem_get,
+        .btl_register_mem = ivshmem_register_mem,
+        .btl_deregister_mem = ivshmem_deregister_mem,
     },
 };

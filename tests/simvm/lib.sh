@@ -20,7 +20,8 @@ done
 
 # pml ob1: the BTLs (ours among them) serve ob1; Debian's build would pick
 # pml/osc ucx where UCX finds a network. osc pt2pt: one-sided over the
-# BTLs' send path (osc rdma needs put/get, which this BTL does not offer).
+# BTLs' send path (osc rdma in Open MPI 4.1 wants one BTL that reaches
+# every rank of the window, self and same-VM ranks too: ours does not).
 # simvm_mpirun HOSTS NP ARGS... (HOSTS as for --host, e.g. 10.200.0.1:2,...)
 # $SIMVM_TIMEOUT (seconds), if set, cuts off a run that hangs.
 simvm_mpirun() {

@@ -54,6 +54,51 @@ static void t_pairs(void)
     check(ok, "blocking pairwise exchange 0 B .. 4 MiB");
 }
 
+/* MPI_Alloc_mem buffers (placed in the shared region where the ivshmem
+ * mpool serves them, which makes large messages single copy) mixed with
+ * malloc'd ones on either side, also with the mpool asked for by name */
+static void t_alloc_mem(void)
+{
+    static const size_t sizes[] = {65536, 1 << 20, 4 << 20};
+    const size_t max = 4 << 20;
+    MPI_Info hint;
+    MPI_Info_create(&hint);
+    MPI_Info_set(hint, "mpool_hints", "ivshmem");
+    unsigned char *as, *ar, *hs, *ms = malloc(max), *mr = malloc(max);
+    MPI_Alloc_mem((MPI_Aint)max, MPI_INFO_NULL, &as);
+    MPI_Alloc_mem((MPI_Aint)max, MPI_INFO_NULL, &ar);
+    MPI_Alloc_mem((MPI_Aint)max, hint, &hs);
+    unsigned char *snd[] = {as, as, ms, hs}, *rcv[] = {ar, mr, ar, ar};
+    int ok = ms && mr;
+    for (size_t v = 0; ok && v < sizeof(snd) / sizeof(snd[0]); v++)
+        for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+            size_t n = sizes[k];
+            int salt = (int)(v * 8 + k);
+            for (int step = 1; step < size; step++) {
+                int to = (rank + step) % size,
+                    from = (rank - step + size) % size;
+                for (size_t i = 0; i < n; i++)
+                    snd[v][i] = pat(rank, to, i, salt);
+                memset(rcv[v], 0, n);
+                MPI_Sendrecv(snd[v], (int)n, MPI_BYTE, to, salt, rcv[v],
+                             (int)n, MPI_BYTE, from, salt, MPI_COMM_WORLD,
+                             MPI_STATUS_IGNORE);
+                for (size_t i = 0; i < n; i++)
+                    if (rcv[v][i] != pat(from, rank, i, salt)) {
+                        ok = 0;
+                        break;
+                    }
+            }
+        }
+    MPI_Free_mem(as);
+    MPI_Free_mem(ar);
+    MPI_Free_mem(hs);
+    MPI_Info_free(&hint);
+    free(ms);
+    free(mr);
+    check(ok, "MPI_Alloc_mem buffers, 64 KiB .. 4 MiB, mixed with malloc");
+}
+
 /* non-blocking all-to-all of 64 KiB with Waitall */
 static void t_nonblocking(void)
 {
@@ -233,6 +278,7 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     t_pairs();
+    t_alloc_mem();
     t_nonblocking();
     t_anysource_probe();
     t_datatype();

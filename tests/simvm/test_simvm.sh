@@ -3,7 +3,8 @@
 #  1. one job over two "hosts": co-resident VMs talk through ivshmem (proved
 #     per peer by the component's counters), same-VM ranks through vader,
 #     other-host ranks through tcp; every MPI check passes;
-#  2. a missing region, a region of another layout version, a region too
+#  2. MPI_Alloc_mem buffers that do not fit the region stay private;
+#  3. a missing region, a region of another layout version, a region too
 #     small for the job: the job passes over tcp and each process prints
 #     one warning.
 # Needs root, iproute2 and Open MPI; skipped (77) otherwise.
@@ -26,7 +27,7 @@ A=10.200.0.1:2,10.200.0.2:1,10.200.0.3:1,10.200.0.4:1,10.200.0.5:1
 simvm_mpirun "$A" 6 --mca btl self,vader,ivshmem,tcp --mca mpi_yield_when_idle 1 \
     --mca btl_ivshmem_stats 1 --mca btl_ivshmem_verbose 1 "$work/mpi_check" >"$work/mixed.out" 2>&1
 rc=$?
-if [ $rc -eq 0 ] && grep -q "6 ranks: 9 passed, 0 failed" "$work/mixed.out"; then
+if [ $rc -eq 0 ] && grep -q "6 ranks: 10 passed, 0 failed" "$work/mixed.out"; then
     ok "mixed job: all MPI checks pass"
 else
     bad "mixed job (rc $rc)"; tail -30 "$work/mixed.out"
@@ -40,6 +41,15 @@ if [ "$got" = "$want" ]; then
 else
     bad "ivshmem pairs: got '$got', want '$want'"
 fi
+# MPI_Alloc_mem buffers live in the region: ivshmem pairs moved them with
+# single-copy gets (every pair exchanges such buffers both ways)
+single=$(sed -n 's/.*btl ivshmem stats: .* rank \([0-9]*\) -> rank \([0-9]*\): \([0-9]*\) sends.* \([0-9]*\) gets \([0-9]*\) bytes.* \([0-9]*\) refused/\1-\2 \3 \4 \6/p' "$work/mixed.out" |
+      awk '$2 > 0 { n++; if ($3 > 0 && $4 == 0) g++ } END { printf "%d/%d", g, n }')
+if [ "$single" = "12/12" ]; then
+    ok "every ivshmem pair read MPI_Alloc_mem buffers with single-copy gets, none refused ($single)"
+else
+    bad "single-copy gets: $single pairs"; grep "btl ivshmem stats" "$work/mixed.out"
+fi
 if grep -q "rank 0 -> rank 1: same-vm: left to other BTLs" "$work/mixed.out" &&
    grep -q "rank 0 -> rank 4: remote: left to other BTLs" "$work/mixed.out"; then
     ok "same-VM peers left to vader, other-host peers left to the network"
@@ -47,14 +57,29 @@ else
     bad "add_procs decisions"; grep "btl ivshmem: rank" "$work/mixed.out" | head
 fi
 
-# ---- 2. bad configurations: correct over tcp, one warning per process
+# ---- 2. a region with room for the channels but not for 4 MiB
+# MPI_Alloc_mem buffers: those stay in private memory, the job passes
+simvm_format 8M
+simvm_mpirun 10.200.0.1:1,10.200.0.2:1 2 --mca btl self,vader,ivshmem,tcp --mca mpi_yield_when_idle 1 \
+    --mca btl_ivshmem_stats 1 --mca btl_ivshmem_verbose 1 "$work/mpi_check" >"$work/full.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "2 ranks: 10 passed, 0 failed" "$work/full.out" &&
+   grep -q "MPI_Alloc_mem of 4194304 bytes stays in private memory" "$work/full.out" &&
+   [ "$(grep -c "btl ivshmem stats: .* sends" "$work/full.out")" = 2 ]; then
+    ok "region too full for MPI_Alloc_mem buffers: they stay private, job passes over ivshmem"
+else
+    bad "full region for MPI_Alloc_mem (rc $rc)"; tail -20 "$work/full.out"
+fi
+simvm_format 256M
+
+# ---- 3. bad configurations: correct over tcp, one warning per process
 bad_config() { # name expected-warning-fragment
     name=$1 frag=$2
     simvm_mpirun 10.200.0.1:1,10.200.0.2:1 2 --mca btl self,ivshmem,tcp \
         --mca btl_ivshmem_stats 1 "$work/mpi_check" >"$work/$name.out" 2>&1
     rc=$?
     n=$(grep -c "$frag" "$work/$name.out")
-    if [ $rc -eq 0 ] && grep -q "2 ranks: 9 passed, 0 failed" "$work/$name.out" &&
+    if [ $rc -eq 0 ] && grep -q "2 ranks: 10 passed, 0 failed" "$work/$name.out" &&
        ! grep -q "btl ivshmem stats" "$work/$name.out" && [ "$n" -ge 1 ] && [ "$n" -le 2 ]; then
         ok "$name: job passed over tcp with $n warning(s)"
     else
