@@ -61,17 +61,20 @@ typedef struct mca_btl_ivshmem_component_t {
     uint64_t pending_frags; /* queued sends, all endpoints */
     char *why_not; /* reason the component stepped aside, for verbose */
     uint32_t reached;       /* peers this process reaches through us */
+    uint32_t others_seen;   /* other ranks add_procs has shown us */
+    uint8_t *seen;          /* by rank, for others_seen */
     opal_free_list_t regs;  /* registration handles */
     /* Region memory for the ivshmem mpool (MPI_Alloc_mem): the mpool
      * finds this component among the initialised BTLs and checks abi. */
     uint32_t abi;
+    bool (*mem_useful)(void);        /* would region buffers serve a peer */
     void *(*mem_alloc)(size_t size); /* NULL: cannot (caller mallocs) */
     void (*mem_free)(void *ptr);
     uint64_t mem_allocs; /* live region buffers */
 } mca_btl_ivshmem_component_t;
 
 /* Bumped whenever the component struct or mem_* change meaning. */
-#define MCA_BTL_IVSHMEM_ABI 0x49560001u
+#define MCA_BTL_IVSHMEM_ABI 0x49560002u
 
 OPAL_MODULE_DECLSPEC extern mca_btl_ivshmem_component_t
     mca_btl_ivshmem_component;

@@ -23,6 +23,7 @@ static mca_btl_base_module_t **ivshmem_init(int *num_btls,
                                             bool enable_progress_threads,
                                             bool enable_mpi_threads);
 static int ivshmem_progress(void);
+static bool region_mem_useful(void);
 static void *region_mem_alloc(size_t size);
 static void region_mem_free(void *ptr);
 
@@ -41,6 +42,7 @@ mca_btl_ivshmem_component_t mca_btl_ivshmem_component = {
         .btl_progress = ivshmem_progress,
     },
     .abi = MCA_BTL_IVSHMEM_ABI,
+    .mem_useful = region_mem_useful,
     .mem_alloc = region_mem_alloc,
     .mem_free = region_mem_free,
 };
@@ -268,6 +270,7 @@ int mca_btl_ivshmem_setup(void)
         return step_aside(st, "cannot create the channel endpoint");
     c->npeers = nprocs;
     c->peers = calloc(nprocs, sizeof(*c->peers));
+    c->seen = calloc(nprocs, 1);
     int rc = opal_free_list_init(&c->frags, sizeof(mca_btl_ivshmem_frag_t),
                                  opal_cache_line_size,
                                  OBJ_CLASS(mca_btl_ivshmem_frag_t),
@@ -279,7 +282,7 @@ int mca_btl_ivshmem_setup(void)
                                  OBJ_CLASS(mca_btl_ivshmem_reg_t), 0,
                                  opal_cache_line_size, 16, -1, 16, NULL, 0,
                                  NULL, NULL, NULL);
-    if (!c->peers || rc != OPAL_SUCCESS)
+    if (!c->peers || !c->seen || rc != OPAL_SUCCESS)
         return step_aside(IVSHM_ERR_SYS, "out of memory");
     return OPAL_SUCCESS;
 }
@@ -308,18 +311,28 @@ void mca_btl_ivshmem_teardown(void)
         free(c->peers);
         c->peers = NULL;
     }
+    free(c->seen);
+    c->seen = NULL;
     c->reached = 0;
+    c->others_seen = 0;
     c->mem_allocs = 0;
 }
 
-/* Region memory for MPI_Alloc_mem (through the ivshmem mpool). Only while
- * this process reaches a peer through us, and only for buffers larger
- * than one eager message: smaller ones gain nothing from a single copy
- * and would each take a whole chunk of the region. */
+/* Region memory for MPI_Alloc_mem (through the ivshmem mpool): while this
+ * process is in the region and may reach a peer through us (Open MPI adds
+ * peers lazily, so before add_procs has shown every rank it may), and only
+ * for buffers larger than one eager message: smaller ones gain nothing
+ * from a single copy and would each take a whole chunk of the region. */
+static bool region_mem_useful(void)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    return c->ep && (c->reached || c->others_seen + 1 < c->npeers);
+}
+
 static void *region_mem_alloc(size_t size)
 {
     mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
-    if (!c->ep || !c->reached ||
+    if (!region_mem_useful() ||
         size <= mca_btl_ivshmem_module.super.btl_eager_limit)
         return NULL;
     uint64_t off;

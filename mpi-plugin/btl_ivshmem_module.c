@@ -38,6 +38,10 @@ static int ivshmem_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
         if (proc == self || !C->ep)
             continue;
         uint32_t vpid = (uint32_t)proc->proc_name.vpid;
+        if (vpid < C->npeers && C->seen && !C->seen[vpid]) {
+            C->seen[vpid] = 1;
+            C->others_seen++;
+        }
         mca_btl_ivshmem_modex_t *mx = NULL;
         size_t size = 0;
         int rc;

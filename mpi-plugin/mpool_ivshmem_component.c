@@ -5,7 +5,7 @@
  *
  * The memory comes from the BTL ivshmem of the same process, found among
  * the initialised BTLs: the region is mapped once, by the BTL, and a buffer
- * is only placed there while the BTL reaches a peer through it. Otherwise,
+ * is only placed there while the BTL may reach a peer through it. Otherwise,
  * and whenever the region has no room, the query or the allocation fails
  * and Open MPI falls back to malloc, as it does without any mpool.
  *
@@ -128,7 +128,7 @@ static int mpool_ivshmem_query(const char *hints, int *priority,
                                mca_mpool_base_module_t **module)
 {
     mca_btl_ivshmem_component_t *c = btl_ivshmem();
-    if (!c || !c->reached)
+    if (!c || !c->mem_useful || !c->mem_useful())
         return OPAL_ERR_NOT_AVAILABLE;
     if (hints && *hints) {
         if (!hints_name_us(hints))
