@@ -48,6 +48,7 @@ typedef struct mca_btl_ivshmem_component_t {
     unsigned fbox_size;     /* cells per fast box */
     unsigned fbox_threshold;
     unsigned fifo_cells;
+    unsigned cell_size;
     unsigned frag_size;
     unsigned frag_count;
     int output;

@@ -4,12 +4,15 @@ set -eu
 cd "$(dirname "$0")/.."
 top=$(pwd)
 sh scripts/install-deps.sh
-if [ ! -x "$top/_build-demo/libivshm/tools/ivshm" ] || [ "${IVSHM_REBUILD:-0}" = 1 ]; then
+# configured once; every run brings the build up to date (a stale build
+# would demonstrate old code)
+mkdir -p _build-demo
+if [ ! -f _build-demo/Makefile ] || [ "${IVSHM_REBUILD:-0}" = 1 ]; then
     autoreconf -fi >/dev/null 2>&1
-    mkdir -p _build-demo
-    (cd _build-demo && "$top/configure" CFLAGS="-O2 -g" >configure.out 2>&1 && make -j"$(nproc)" >make.out 2>&1) || {
-        tail -30 _build-demo/configure.out _build-demo/make.out; exit 1; }
+    (cd _build-demo && "$top/configure" CFLAGS="-O2 -g" >configure.out 2>&1) || {
+        tail -30 _build-demo/configure.out; exit 1; }
 fi
+(cd _build-demo && make -j"$(nproc)" >make.out 2>&1) || { tail -30 _build-demo/make.out; exit 1; }
 B=$top/_build-demo
 R=/dev/shm/ivshm-demo
 trap 'rm -f "$R"' EXIT

@@ -59,7 +59,7 @@ fi
 
 # ---- 2. a region with room for the channels but not for 4 MiB
 # MPI_Alloc_mem buffers: those stay in private memory, the job passes
-simvm_format 8M
+simvm_format 16M
 simvm_mpirun 10.200.0.1:1,10.200.0.2:1 2 --mca btl self,vader,ivshmem,tcp --mca mpi_yield_when_idle 1 \
     --mca btl_ivshmem_stats 1 --mca btl_ivshmem_verbose 1 "$work/mpi_check" >"$work/full.out" 2>&1
 rc=$?
