@@ -14,7 +14,7 @@
 #ifndef MCA_BTL_IVSHMEM_H
 #define MCA_BTL_IVSHMEM_H
 
-#include "opal_config.h"
+#include "ompi_compat.h"
 
 #include "opal/class/opal_free_list.h"
 #include "opal/mca/btl/btl.h"

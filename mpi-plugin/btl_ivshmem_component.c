@@ -5,7 +5,6 @@
  */
 #include "btl_ivshmem.h"
 
-#include "opal/mca/pmix/pmix.h"
 #include "opal/util/output.h"
 #include "opal/util/proc.h"
 #include "opal/util/show_help.h"
@@ -240,7 +239,7 @@ static uint32_t job_size(void)
     opal_process_name_t wild = OPAL_PROC_MY_NAME;
     wild.vpid = OPAL_VPID_WILDCARD;
     int rc;
-    OPAL_MODEX_RECV_VALUE(rc, OPAL_PMIX_JOB_SIZE, &wild, &pn, OPAL_UINT32);
+    OPAL_MODEX_RECV_VALUE(rc, IVSHMEM_PMIX_JOB_SIZE, &wild, &pn, IVSHMEM_PMIX_UINT32);
     if (rc != OPAL_SUCCESS || n == 0)
         n = (uint32_t)OPAL_PROC_MY_NAME.vpid + 1;
     return n;
@@ -403,7 +402,7 @@ static mca_btl_base_module_t **ivshmem_init(int *num_btls,
     ivshm_self_identity(c->r, &mx.id);
     ivshm_ep_address(c->ep, mx.addr);
     int rc;
-    OPAL_MODEX_SEND(rc, OPAL_PMIX_GLOBAL, &c->super.btl_version, &mx,
+    OPAL_MODEX_SEND(rc, IVSHMEM_PMIX_GLOBAL, &c->super.btl_version, &mx,
                     sizeof(mx));
     if (rc != OPAL_SUCCESS) {
         mca_btl_ivshmem_teardown();

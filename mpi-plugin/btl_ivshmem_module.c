@@ -13,7 +13,6 @@
 
 #include "opal/class/opal_bitmap.h"
 #include "opal/datatype/opal_convertor.h"
-#include "opal/mca/pmix/pmix.h"
 #include "opal/util/output.h"
 #include "opal/util/proc.h"
 #include "opal/util/show_help.h"

@@ -37,7 +37,11 @@ OPAL_MODULE_DECLSPEC extern mca_mpool_ivshmem_component_t
 mca_mpool_ivshmem_component_t mca_mpool_ivshmem_component = {
     .super = {
         .mpool_version = {
+#ifdef MCA_MPOOL_BASE_VERSION_3_1_0
+            MCA_MPOOL_BASE_VERSION_3_1_0,
+#else
             MCA_MPOOL_BASE_VERSION_3_0_0,
+#endif
             .mca_component_name = "ivshmem",
             MCA_BASE_MAKE_VERSION(component, OPAL_MAJOR_VERSION,
                                   OPAL_MINOR_VERSION, OPAL_RELEASE_VERSION),

@@ -1,7 +1,8 @@
 #!/bin/sh
 # The whole test suite, from a fresh Debian 12 machine (as root):
-# installs the packages, builds with -Werror, runs `make check`, again under
-# ASan+UBSan, and `make distcheck`.
+# installs the packages, builds with -Werror, runs `make check`, compiles
+# the Open MPI components against Open MPI 5.x, runs the tests again under
+# ASan+UBSan (and the threaded ones under TSan), and `make distcheck`.
 set -eu
 cd "$(dirname "$0")/.."
 top=$(pwd)
@@ -27,6 +28,11 @@ run_build() {
 
 # the QEMU guest tests must run here, not skip
 IVSHM_REQUIRE_GUESTS=1 run_build release CFLAGS="-O2 -g"
+# the components also compile against Open MPI 5.x (Debian 13's headers)
+echo "=== Open MPI 5.x compile check"
+rc=0
+sh scripts/check-ompi5.sh || rc=$?
+[ $rc = 0 ] || [ $rc = 77 ] || exit 1
 # The sanitizer builds leave out the MPI component: an instrumented
 # component cannot be loaded into uninstrumented MPI processes.
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
