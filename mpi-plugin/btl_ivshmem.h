@@ -71,7 +71,6 @@ typedef struct mca_btl_ivshmem_component_t {
     bool (*mem_useful)(void);        /* would region buffers serve a peer */
     void *(*mem_alloc)(size_t size); /* NULL: cannot (caller mallocs) */
     void (*mem_free)(void *ptr);
-    uint64_t mem_allocs; /* live region buffers */
 } mca_btl_ivshmem_component_t;
 
 /* Bumped whenever the component struct or mem_* change meaning. */
@@ -128,6 +127,9 @@ typedef struct mca_btl_ivshmem_frag_t {
 OBJ_CLASS_DECLARATION(mca_btl_ivshmem_frag_t);
 
 int mca_btl_ivshmem_setup(void);
+/* offset of [p, p + len) in our mapping of the region, UINT64_MAX when it
+ * is not wholly inside (or no region is mapped) */
+uint64_t mca_btl_ivshmem_region_offset(const void *p, size_t len);
 void mca_btl_ivshmem_teardown(void);
 void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m);
 /* retries queued sends; returns how many completed */

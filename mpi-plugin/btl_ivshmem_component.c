@@ -330,7 +330,6 @@ void mca_btl_ivshmem_teardown(void)
     c->seen = NULL;
     c->reached = 0;
     c->others_seen = 0;
-    c->mem_allocs = 0;
 }
 
 /* Region memory for MPI_Alloc_mem (through the ivshmem mpool): while this
@@ -363,21 +362,16 @@ static void *region_mem_alloc(size_t size)
         said = true;
         return NULL;
     }
-    c->mem_allocs++;
     return (char *)ivshm_region_base(c->r) + off;
 }
 
 static void region_mem_free(void *ptr)
 {
     mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
-    if (!c->r) /* the region is gone, and its chunks with it */
-        return;
-    uintptr_t base = (uintptr_t)ivshm_region_base(c->r);
-    uintptr_t p = (uintptr_t)ptr;
-    if (p < base || p - base >= ivshm_region_size(c->r))
-        return;
-    if (ivshm_free(c->r, (uint64_t)(p - base)) == IVSHM_OK && c->mem_allocs)
-        c->mem_allocs--;
+    /* no region: it is gone, and its chunks with it */
+    uint64_t off = mca_btl_ivshmem_region_offset(ptr, 1);
+    if (off != UINT64_MAX)
+        (void)ivshm_free(c->r, off);
 }
 
 static mca_btl_base_module_t **ivshmem_init(int *num_btls,

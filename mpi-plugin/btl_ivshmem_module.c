@@ -343,9 +343,7 @@ static int ivshmem_sendi(struct mca_btl_base_module_t *btl,
 
 /* ---- single copy: registration, put and get ---- */
 
-/* Where [p, p + len) lies in our mapping of the region: its offset, or
- * UINT64_MAX when it is not wholly inside. */
-static uint64_t region_offset(const void *p, size_t len)
+uint64_t mca_btl_ivshmem_region_offset(const void *p, size_t len)
 {
     if (!C->r)
         return UINT64_MAX;
@@ -364,7 +362,7 @@ ivshmem_register_mem(struct mca_btl_base_module_t *btl,
 {
     (void)btl;
     (void)endpoint;
-    uint64_t off = region_offset(base, size);
+    uint64_t off = mca_btl_ivshmem_region_offset(base, size);
     /* memory outside the region cannot be reached by a peer in another VM:
      * refuse any registration a peer would use (ob1 then copies), grant
      * the local side of a transfer (no remote access asked for, or local
