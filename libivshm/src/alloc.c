@@ -61,9 +61,27 @@ full:
                        1u << r->g.chunk_shift);
 }
 
+bool ivshm__range_owned(const ivshm_region_t *r, uint64_t off, uint64_t len,
+                        uint64_t tag)
+{
+    const struct ivshm_geom *g = &r->g;
+    if (!ivshm__in_heap(g, off, len))
+        return false;
+    uint32_t first = (uint32_t)((off - g->heap_off) >> g->chunk_shift);
+    uint32_t last = (uint32_t)((off + (len ? len - 1 : 0) - g->heap_off) >>
+                               g->chunk_shift);
+    for (uint32_t c = first; c <= last; c++)
+        if (atomic_load_explicit(&ivshm__chunk(r, c)->owner,
+                                 memory_order_relaxed) != tag)
+            return false;
+    return true;
+}
+
 ivshm_status_t ivshm_alloc(ivshm_region_t *r, uint64_t size, uint64_t *off)
 {
     ivshm_status_t st = ivshm__require_attached(r);
+    if (st == IVSHM_OK)
+        st = ivshm__lease_held(r); /* a lost lease allocates nothing */
     if (st != IVSHM_OK)
         return st;
     return ivshm__alloc_owned(r, OWNER_TAG(OWNER_PROC, r->slot, r->gen), size,
@@ -99,6 +117,8 @@ ivshm_status_t ivshm__free_tagged(ivshm_region_t *r, uint64_t off,
 ivshm_status_t ivshm_free(ivshm_region_t *r, uint64_t off)
 {
     ivshm_status_t st = ivshm__require_attached(r);
+    if (st == IVSHM_OK)
+        st = ivshm__lease_held(r); /* the chunks are someone else's now */
     if (st != IVSHM_OK)
         return st;
     return ivshm__free_tagged(r, off, OWNER_TAG(OWNER_PROC, r->slot, r->gen));

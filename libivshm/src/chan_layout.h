@@ -18,7 +18,8 @@
 
 #include "internal.h"
 
-#define CTL_MAGIC 0x314c5443484d5649ull /* "IVMHCTL1" */
+#define CTL_MAGIC 0x324c5443484d5649ull    /* "IVMHCTL2": this layout */
+#define CTL_MAGIC_V1 0x314c5443484d5649ull /* "IVMHCTL1": libivshm <= 0.3 */
 #define DIR_ENTRY_SIZE 64u
 #define MAX_EPS_LIMIT 65535u
 
@@ -34,18 +35,25 @@ struct dir_entry {
     _Atomic uint64_t ctl_off; /* region offset of the control block */
     uint64_t ctl_size;
     uint32_t pid;
-    uint32_t epoch; /* bumped on every claim of this index */
+    /* bumped on every claim of this index (E0: before READY is published):
+     * (word, epoch) names one life of one endpoint */
+    _Atomic uint32_t epoch;
     _Atomic uint32_t doorbell; /* owner's doorbell (doorbell.h), 0: none */
     uint8_t pad[28];
 };
 _Static_assert(sizeof(struct dir_entry) == DIR_ENTRY_SIZE, "dir entry");
 
+/* Everything a peer relies on is published here and validated by it: a
+ * receiver's FIFO and fast boxes are sized by the receiver's numbers, a
+ * sender's fragments by the sender's. */
 struct ctl_geom {
     uint64_t magic;
     uint32_t index;
+    uint32_t epoch; /* the directory epoch this block was made for */
     uint32_t max_eps;
     uint32_t fifo_cells;
     uint32_t cell_size;
+    uint32_t fbox_cells; /* cells of each fast box this receiver grants */
     uint32_t frag_count;
     uint32_t frag_size;
     uint64_t grants_off; /* all offsets relative to the control block */
@@ -75,7 +83,7 @@ struct ep_ctl {
     _Atomic uint64_t fbox_used;
     _Atomic uint64_t wakeups;
 };
-_Static_assert(sizeof(struct ctl_geom) == 80, "geometry: two lines");
+_Static_assert(sizeof(struct ctl_geom) == 88, "geometry: within two lines");
 _Static_assert(offsetof(struct ep_ctl, head) == 128, "head on its own line");
 _Static_assert(offsetof(struct ep_ctl, tail) == 192, "tail on its own line");
 _Static_assert(offsetof(struct ep_ctl, notify) == 256, "notify line");
@@ -93,7 +101,7 @@ enum cell_type {
 
 struct cell {
     _Atomic uint64_t seq;   /* position + 1 once published (written last) */
-    _Atomic uint32_t claim; /* FIFO: sender index + 1, right after claim */
+    _Atomic uint32_t claim; /* FIFO: CLAIM_WORD of this lap, after the claim */
     uint32_t len;           /* bytes of this piece */
     uint32_t tag;
     uint32_t pseq;   /* per-pair sequence of pieces */
@@ -102,10 +110,30 @@ struct cell {
     uint32_t frag;
     uint64_t offset; /* of this piece in the message */
     uint64_t total;  /* message length */
-    uint64_t aux;    /* CELL_REGION: region offset of the data */
+    uint64_t aux;    /* REGION: region offset of the data; FRAG: lend number */
+    uint32_t epoch;  /* the sender endpoint's directory epoch */
+    uint32_t pad;
 };
-#define CELL_HDR 56u
-_Static_assert(offsetof(struct cell, aux) + 8 == CELL_HDR, "cell header");
+#define CELL_HDR 64u
+_Static_assert(offsetof(struct cell, pad) + 4 == CELL_HDR, "cell header");
+_Static_assert(offsetof(struct cell, claim) == 8, "claim after seq");
+
+/* A FIFO claim names its lap as well as its claimer, so a claim left by an
+ * earlier lap is never taken for this one's (the claimer may die between
+ * the head CAS and this store). */
+#define CLAIM_WORD(lap, sender)                                              \
+    (((uint32_t)(uint16_t)(lap) << 16) | (((uint32_t)(sender) + 1) & 0xffffu))
+#define CLAIM_LAP(w) ((uint16_t)((w) >> 16))
+#define CLAIM_SENDER(w) (((w)&0xffffu) - 1) /* 0xffffffff: none */
+
+/* Fast-box grant: region offset / 64 and the low 24 bits of the epoch of
+ * the sender it was made for, so a later owner of the index never takes
+ * it. Offsets below 2^46. */
+#define GRANT_OFF_MAX (1ull << 46)
+#define GRANT_WORD(epoch, off)                                               \
+    (((uint64_t)((epoch)&0xffffffu) << 40) | ((uint64_t)(off) >> 6))
+#define GRANT_OFF(w) (((w) & ((1ull << 40) - 1)) << 6)
+#define GRANT_EPOCH(w) ((uint32_t)((w) >> 40))
 
 /* Fast box: a single-producer ring the receiver grants to one sender. */
 struct fbox_hdr {

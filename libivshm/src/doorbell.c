@@ -127,11 +127,11 @@ ivshm_status_t ivshm__db_wait(void *ctx, const volatile uint64_t *word,
             if (read(db->wait_fd, &cnt, sizeof(cnt)) == sizeof(cnt))
                 db->irqs += cnt;
         } else if (n > 0) {
-            /* the device went away (POLLERR/POLLHUP): keep the wait
-             * correct by polling the word from now on */
-            return ivshm__poll_wait(NULL, word, seen,
-                                    deadline == UINT64_MAX ? UINT64_MAX
-                                                           : deadline - now);
+            /* the device went away (POLLERR/POLLHUP): the caller's own
+             * wait takes over (see ivshm_notifier_t) */
+            return ivshm__fail(IVSHM_ERR_NODEV,
+                               "doorbell of %s is gone: waits poll from now",
+                               "the ivshmem device");
         }
         now = ivshm__mono_ns();
     }

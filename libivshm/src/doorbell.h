@@ -28,10 +28,9 @@ ivshm_status_t ivshm__db_open(ivshm_region_t *r, struct dir_entry *dir,
 void ivshm__db_close(struct ivshm__doorbell *db);
 /* the word to publish in our directory entry (0: none) */
 uint32_t ivshm__db_word(const struct ivshm__doorbell *db);
-/* the polling wait of every endpoint without a doorbell (channel.c) */
-ivshm_status_t ivshm__poll_wait(void *ctx, const volatile uint64_t *word,
-                                uint64_t seen, uint64_t timeout_ns);
-/* ivshm_notifier_t callbacks (ctx = the doorbell) */
+/* ivshm_notifier_t callbacks (ctx = the doorbell). The wait returns
+ * IVSHM_ERR_NODEV when the device went away: the channel then waits by
+ * polling (it owns the notifier interface; the doorbell never calls it). */
 void ivshm__db_ring(void *ctx, uint32_t peer_index);
 ivshm_status_t ivshm__db_wait(void *ctx, const volatile uint64_t *word,
                               uint64_t seen, uint64_t timeout_ns);

@@ -158,6 +158,7 @@ struct ivshm_region {
     uint32_t gen;
     uint64_t vm_id;
     _Atomic uint64_t last_renew_ns; /* monotonic; rate-limits renew */
+    _Atomic bool lease_lost; /* set once: the slot was reclaimed */
     pthread_t hb_thread;
     bool hb_running;
     _Atomic bool hb_stop;
@@ -187,6 +188,15 @@ ivshm_status_t ivshm__fail(ivshm_status_t st, const char *fmt, ...)
 ivshm_status_t ivshm__fail_errno(int err, const char *what, const char *path);
 
 /* util.c */
+/* Fault-injection seam for the tests (tests/mp/test_chan_faults.c): called
+ * with the name of the step a process is at (claim, lend, publish, grant,
+ * ack, create, destroy, renew); NULL in production. */
+extern void (*ivshm__test_step)(const char *step);
+#define IVSHM_TEST_STEP(name)                                                \
+    do {                                                                     \
+        if (ivshm__test_step)                                                \
+            ivshm__test_step(name);                                          \
+    } while (0)
 uint64_t ivshm__fnv1a(const void *p, size_t n, uint64_t h);
 #define IVSHM_FNV_INIT 0xcbf29ce484222325ull
 uint64_t ivshm__now_ns(void);      /* CLOCK_REALTIME, comparable across VMs */
@@ -229,7 +239,18 @@ static inline struct ivshm_chunk *ivshm__chunk(const ivshm_region_t *r,
 }
 
 /* registry.c */
+/* What a lease (slot idx, generation gen) is now. DOUBT: a reclaimer holds
+ * it for a moment (it may still back off): neither use nor free what the
+ * owner lent, wait. */
+enum ivshm_proc_state { PROC_GONE = 0, PROC_LIVE = 1, PROC_DOUBT = 2 };
+enum ivshm_proc_state ivshm__proc_state(ivshm_region_t *r, uint32_t idx,
+                                        uint32_t gen);
+/* not provably gone (live or in doubt) */
 bool ivshm__proc_live(ivshm_region_t *r, uint32_t idx, uint32_t gen);
+/* IVSHM_OK while this process still holds its lease; IVSHM_ERR_LEASE_LOST
+ * (once reported, then sticky) after a reclaim took it: from then on the
+ * process must not touch region memory it owned. One load when held. */
+ivshm_status_t ivshm__lease_held(ivshm_region_t *r);
 ivshm_status_t ivshm__require_attached(const ivshm_region_t *r);
 
 /* alloc.c */
@@ -239,10 +260,18 @@ unsigned ivshm__free_owned_by(ivshm_region_t *r, uint64_t tag);
 unsigned ivshm__sweep_orphans(ivshm_region_t *r);
 ivshm_status_t ivshm__free_tagged(ivshm_region_t *r, uint64_t off,
                                   uint64_t tag);
+/* Does owner tag hold every chunk of [off, off+len) (len > 0 or one
+ * chunk)? The one ownership check of ranges read from shared memory. */
+bool ivshm__range_owned(const ivshm_region_t *r, uint64_t off, uint64_t len,
+                        uint64_t tag);
 
 /* job.c */
 unsigned ivshm__job_gc(ivshm_region_t *r, unsigned *chunks);
 uint32_t ivshm__job_gen(const ivshm_job_t *j);
+/* Reads job slot i's area once and checks that job (i, gen) owns every
+ * chunk of it. */
+ivshm_status_t ivshm__job_area(ivshm_region_t *r, uint32_t i, uint32_t gen,
+                               uint64_t *off, uint64_t *size);
 bool ivshm__is_member(struct ivshm_reg_slot *p, uint32_t idx, uint32_t gen);
 
 #endif

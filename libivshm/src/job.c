@@ -115,21 +115,19 @@ unsigned ivshm__job_gc(ivshm_region_t *r, unsigned *chunks)
 }
 
 /* Validates a published job slot before anyone uses its area. */
-static ivshm_status_t load_area(ivshm_region_t *r, uint32_t i, uint32_t gen,
-                                uint64_t *off, uint64_t *size)
+ivshm_status_t ivshm__job_area(ivshm_region_t *r, uint32_t i, uint32_t gen,
+                               uint64_t *off, uint64_t *size)
 {
     struct ivshm_job_slot *s = ivshm__jobs(r, i);
     uint64_t o = atomic_load(&s->area_off);
     uint64_t sz = s->area_size;
-    if (!ivshm__in_heap(&r->g, o, sz) ||
+    if (!ivshm__in_heap(&r->g, o, sz) || sz == 0 ||
         (o - r->g.heap_off) & ((1ull << r->g.chunk_shift) - 1))
         return ivshm__fail(IVSHM_ERR_CORRUPT,
                            "job slot %u: area [%llu, +%llu) is outside the "
                            "heap",
                            i, (unsigned long long)o, (unsigned long long)sz);
-    uint32_t c = (uint32_t)((o - r->g.heap_off) >> r->g.chunk_shift);
-    if (atomic_load(&ivshm__chunk(r, c)->owner) !=
-        OWNER_TAG(OWNER_JOB, i, gen))
+    if (!ivshm__range_owned(r, o, sz, OWNER_TAG(OWNER_JOB, i, gen)))
         return ivshm__fail(IVSHM_ERR_CORRUPT,
                            "job slot %u: its area is not owned by the job", i);
     *off = o;
@@ -189,7 +187,7 @@ static enum scan_result scan(ivshm_region_t *r, const char *key, uint32_t h,
                 clear_membership(r, i, JOB_GEN(w));
                 return SCAN_RETRY;
             }
-            if (load_area(r, i, JOB_GEN(w), &j->area_off, &j->area_size) !=
+            if (ivshm__job_area(r, i, JOB_GEN(w), &j->area_off, &j->area_size) !=
                 IVSHM_OK) {
                 clear_membership(r, i, JOB_GEN(w));
                 return SCAN_BUSY;

@@ -27,13 +27,58 @@ ivshm_status_t ivshm__require_attached(const ivshm_region_t *r)
     return IVSHM_OK;
 }
 
-bool ivshm__proc_live(ivshm_region_t *r, uint32_t idx, uint32_t gen)
+enum ivshm_proc_state ivshm__proc_state(ivshm_region_t *r, uint32_t idx,
+                                        uint32_t gen)
 {
     if (idx >= r->g.reg_slots)
-        return false;
+        return PROC_GONE;
     uint64_t w = atomic_load(&ivshm__reg(r, idx)->word);
-    unsigned st = SLOT_STATE(w);
-    return SLOT_GEN(w) == gen && (st == SLOT_ALIVE || st == SLOT_CLAIMING);
+    if (SLOT_GEN(w) != gen)
+        return PROC_GONE; /* released: the generation moved on */
+    switch (SLOT_STATE(w)) {
+    case SLOT_ALIVE:
+    case SLOT_CLAIMING: return PROC_LIVE;
+    case SLOT_RECLAIMING: return PROC_DOUBT; /* may still back off (L1) */
+    default: return PROC_GONE;
+    }
+}
+
+bool ivshm__proc_live(ivshm_region_t *r, uint32_t idx, uint32_t gen)
+{
+    return ivshm__proc_state(r, idx, gen) != PROC_GONE;
+}
+
+static ivshm_status_t lease_lost(ivshm_region_t *r)
+{
+    bool was = atomic_exchange(&r->lease_lost, true);
+    if (was)
+        return IVSHM_ERR_LEASE_LOST;
+    return ivshm__fail(IVSHM_ERR_LEASE_LOST,
+                       "lease on registry slot %u of %s was reclaimed: this "
+                       "process stalled longer than the lease timeout (%u "
+                       "ms) and must stop using the region",
+                       r->slot, r->uri, r->g.lease_timeout_ms);
+}
+
+ivshm_status_t ivshm__lease_held(ivshm_region_t *r)
+{
+    if (atomic_load_explicit(&r->lease_lost, memory_order_relaxed))
+        return IVSHM_ERR_LEASE_LOST;
+    if (!r->attached)
+        return ivshm__fail(IVSHM_ERR_INVAL,
+                           "process is not attached (call ivshm_attach)");
+    /* our own slot's word: written only by a reclaimer, so it stays in our
+     * cache and costs one load on the fast path */
+    uint64_t w = atomic_load_explicit(&ivshm__reg(r, r->slot)->word,
+                                      memory_order_acquire);
+    if (w == SLOT_WORD(r->gen, SLOT_ALIVE))
+        return IVSHM_OK;
+    if (SLOT_GEN(w) != r->gen || SLOT_STATE(w) != SLOT_RECLAIMING)
+        return lease_lost(r);
+    /* a reclaimer is deciding: answer with a fresh heartbeat (L0) */
+    atomic_store(&r->last_renew_ns, 0);
+    ivshm_status_t st = ivshm_lease_renew(r);
+    return st == IVSHM_ERR_LEASE_LOST ? lease_lost(r) : st;
 }
 
 struct self_desc {
@@ -170,6 +215,8 @@ ivshm_status_t ivshm_lease_renew(ivshm_region_t *r)
 {
     if (!r->attached)
         return ivshm__fail(IVSHM_ERR_LEASE_LOST, "not attached");
+    if (atomic_load(&r->lease_lost))
+        return IVSHM_ERR_LEASE_LOST;
     uint64_t mono = ivshm__mono_ns();
     uint64_t period = (uint64_t)r->g.lease_timeout_ms * 1000000ull / 8;
     if (mono - atomic_load_explicit(&r->last_renew_ns, memory_order_relaxed) <
@@ -180,16 +227,14 @@ ivshm_status_t ivshm_lease_renew(ivshm_region_t *r)
      * the reclaimer's CAS then heartbeat re-read (L1): either it sees our
      * heartbeat and backs off, or we see its claim. */
     atomic_store(&s->heartbeat_ns, ivshm__now_ns());
+    IVSHM_TEST_STEP("renew");
     unsigned spins = 0;
     for (;;) {
         uint64_t w = atomic_load(&s->word);
         if (w == SLOT_WORD(r->gen, SLOT_ALIVE))
             break;
         if (w != SLOT_WORD(r->gen, SLOT_RECLAIMING) || spins > 100000)
-            return ivshm__fail(IVSHM_ERR_LEASE_LOST,
-                               "lease on registry slot %u was reclaimed "
-                               "(this process stalled longer than %u ms)",
-                               r->slot, r->g.lease_timeout_ms);
+            return lease_lost(r);
         ivshm__backoff(&spins);
     }
     atomic_store_explicit(&r->last_renew_ns, mono, memory_order_relaxed);
@@ -208,7 +253,7 @@ static void *hb_main(void *arg)
         }
         atomic_store(&r->last_renew_ns, 0); /* force a real renew */
         if (ivshm_lease_renew(r) == IVSHM_ERR_LEASE_LOST)
-            break;
+            break; /* lease_lost is set: every later use fails */
     }
     return NULL;
 }

@@ -125,6 +125,8 @@ static void read_small(const char *path, char *buf, size_t n)
     buf[k > 0 ? k : 0] = '\0';
 }
 
+void (*ivshm__test_step)(const char *step);
+
 uint64_t ivshm_vm_id(void)
 {
     const char *env = getenv(IVSHM_ENV_VM_ID);

@@ -60,6 +60,10 @@ typedef void (*ivshm_msg_handler_t)(void *arg, const ivshm_msg_t *m);
 
 enum ivshm_event_kind {
     IVSHM_EV_PEER_DEAD = 1, /* a peer's lease is gone; its resources freed */
+    /* our own lease was reclaimed (this process stalled longer than the
+     * region's lease timeout): the endpoint stops touching the region, every
+     * later call fails with IVSHM_ERR_LEASE_LOST; peer is our own index */
+    IVSHM_EV_LEASE_LOST = 2,
 };
 typedef void (*ivshm_event_handler_t)(void *arg, int kind, uint32_t peer);
 
@@ -113,6 +117,7 @@ typedef struct ivshm_rsv {
     uint32_t peer;
     int32_t frag; /* -1: payload inline in the cell */
     uint32_t len;
+    uint64_t lend; /* the fragment's loan number */
 } ivshm_rsv_t;
 ivshm_status_t ivshm_ep_reserve(ivshm_ep_t *ep, uint32_t peer, size_t len,
                                 void **buf, ivshm_rsv_t *rsv);

@@ -1,0 +1,194 @@
+/*
+ * Private state of the channel layer, shared by its parts:
+ *   chan_config.c  configuration table
+ *   chan_domain.c  domains, inspection (`ivshm stat`, `ivshm check`)
+ *   chan_peer.c    validation of a peer's published layout, peer identity
+ *   chan_ep.c      endpoints: create, destroy, address, connect, wait
+ *   chan_fifo.c    the multi-producer receive FIFO (claim, poll, pending)
+ *   chan_fbox.c    fast boxes (grant, claim, poll, release)
+ *   chan_frag.c    the fragment pool (lend, acknowledge, take back)
+ *   chan_send.c    the send paths, single-copy region sends, wake-ups
+ *   chan_recv.c    delivery of a cell, progress, liveness
+ * chan_layout.h owns the shared layout; nothing here lives in the region.
+ */
+#ifndef IVSHM_CHAN_INTERNAL_H
+#define IVSHM_CHAN_INTERNAL_H
+
+#include "chan_layout.h"
+#include "ivshm/channel.h"
+
+#define PENDING_MAX 64
+#define STUCK_CHECK_NS 2000000ull /* look at a pending cell's owner after */
+#define GAP_WAIT_NS 20000000ull   /* a pair's missing piece: resync after */
+#define LIVENESS_PERIOD 1024      /* progress calls between clock reads */
+#define LIVENESS_NS 100000000ull  /* peer checks at most every 100 ms */
+#define GC_MAX_NS 1000000000ull   /* a region-wide collection at most 1/s */
+#define FBOX_BANK 65536u          /* bytes allocated per fast-box bank */
+
+struct ivshm_domain {
+    ivshm_region_t *r;
+    ivshm_job_t *job;
+    struct dir_entry *dir;
+    uint32_t max_eps;
+    uint32_t job_idx, job_gen;
+    char key[IVSHM_JOB_KEY_MAX + 1];
+};
+
+/* What we know of one life of a peer endpoint: its validated layout and
+ * both directions' state. */
+struct peer {
+    bool valid, dead;
+    uint64_t entry_word;
+    uint32_t epoch;
+    uint32_t owner_slot, owner_gen;
+    struct ep_ctl *ctl;
+    struct ctl_geom g; /* private, validated copy */
+    uint32_t fifo_shift; /* log2(g.fifo_cells): the lap of a position */
+    char *cells;
+    _Atomic uint64_t *grants, *rdone, *fdone;
+    char *pool;
+    /* we send to it */
+    uint64_t cached_tail;
+    uint32_t pseq_out;
+    uint32_t sends;
+    bool fbox_asked;
+    char *tx_fbox; /* fast box it granted us */
+    struct fbox_hdr *tx_fbox_hdr;
+    uint64_t tx_fbox_pos, tx_fbox_tail;
+    uint64_t region_tickets;
+    bool peer_may_block; /* it has blocked once: wake it with a fence */
+    /* we receive from it */
+    uint32_t pseq_in;
+    char *rx_fbox; /* fast box we granted it */
+    struct fbox_hdr *rx_fbox_hdr;
+    uint64_t rx_fbox_pos, rx_fbox_released;
+    uint64_t rx_fbox_wait; /* since when its box waits on a gap, 0: not */
+    int rx_fbox_slot;
+};
+
+struct pending {
+    uint64_t pos;
+    uint64_t first_seen;
+};
+
+struct fbox_bank {
+    uint64_t off;
+    uint32_t used_mask;
+};
+
+struct ivshm_ep {
+    ivshm_domain_t *d;
+    ivshm_region_t *r;
+    uint32_t index;
+    uint32_t epoch;
+    ivshm_ep_config_t cfg;
+    struct ep_ctl *ctl;
+    uint64_t ctl_off;
+    struct ctl_geom g;
+    char *cells;
+    char *pool;
+    _Atomic uint64_t *grants, *rdone, *fdone;
+    uint64_t *frag_issued; /* lend number of each fragment's last loan */
+    uint32_t *frag_dest;   /* the peer it was lent to */
+    uint32_t frag_next;
+    uint64_t frag_check_ns; /* last look for fragments of gone peers */
+    ivshm_msg_handler_t handler;
+    void *harg;
+    ivshm_event_handler_t ev;
+    void *earg;
+    ivshm_notifier_t notifier;
+    struct ivshm__doorbell *db; /* NULL without the guest driver */
+    struct peer **peers; /* lazily allocated, by directory index */
+    uint32_t *active;    /* peers that hold a fast box we granted */
+    uint32_t nactive;
+    /* consumer state */
+    uint64_t rx_pos;
+    uint64_t tail_published;
+    struct pending pend[PENDING_MAX];
+    uint32_t npend;
+    uint32_t polls;
+    uint64_t last_liveness, last_gc;
+    bool lease_reported;
+    struct fbox_bank *banks;
+    uint32_t nbanks;
+    uint32_t fbox_bytes;
+    uint32_t fbox_granted;
+    bool in_handler;
+    struct {
+        uint64_t msgs_in, bytes_in, invalid, dead_peers, fbox_granted;
+        uint64_t msgs_out, bytes_out, stalls, fbox_used, wakeups;
+    } st; /* authoritative; mirrored to the shared stats lines */
+};
+
+/* Counts locally and mirrors the value to the shared stats line (single
+ * writer, for `ivshm stat`): what another VM scribbles there never feeds
+ * back into our own figures. */
+#define BUMP(ep, field, by)                                                  \
+    atomic_store_explicit(&(ep)->ctl->field, (ep)->st.field += (by),         \
+                          memory_order_relaxed)
+
+/* chan_peer.c */
+uint64_t ivshm__ctl_size_for(const ivshm_ep_config_t *c, uint32_t max_eps,
+                             struct ctl_geom *g);
+ivshm_status_t ivshm__check_ctl(ivshm_region_t *r, uint32_t max_eps,
+                                uint32_t idx, uint64_t w, uint64_t off,
+                                struct ctl_geom *gout);
+/* Is [off, off+len) wholly memory of process lease (slot, gen)? */
+bool ivshm__owned_by(const ivshm_region_t *r, uint64_t off, uint64_t len,
+                     uint32_t slot, uint32_t gen);
+ivshm_status_t ivshm__load_peer(ivshm_ep_t *ep, uint32_t idx,
+                                uint64_t want_word, struct peer *p);
+/* Replaces our record of index idx with tmp (a new life of that index). */
+struct peer *ivshm__set_peer(ivshm_ep_t *ep, uint32_t idx,
+                             const struct peer *tmp);
+/* Has this life of the peer ended (index re-claimed, lease gone)? A lease
+ * in doubt is not gone. */
+bool ivshm__peer_gone(ivshm_ep_t *ep, const struct peer *p, uint32_t idx);
+/* The peer that sent a cell of epoch `epoch` from index idx: our record of
+ * that life (possibly dead), a newly loaded one, or NULL. */
+struct peer *ivshm__rx_peer(ivshm_ep_t *ep, uint32_t idx, uint32_t epoch);
+void ivshm__peer_died(ivshm_ep_t *ep, uint32_t idx);
+
+/* chan_fifo.c */
+struct cell *ivshm__fifo_claim(ivshm_ep_t *ep, struct peer *p, uint64_t *pos);
+int ivshm__fifo_poll(ivshm_ep_t *ep, int budget);
+
+/* chan_fbox.c */
+void ivshm__fbox_check_grant(ivshm_ep_t *ep, struct peer *p);
+struct cell *ivshm__fbox_claim(struct peer *p, uint64_t *pos);
+void ivshm__fbox_grant(ivshm_ep_t *ep, struct peer *p, uint32_t idx);
+void ivshm__fbox_release(ivshm_ep_t *ep, struct peer *p, uint32_t idx);
+int ivshm__fbox_poll(ivshm_ep_t *ep, int budget);
+
+/* chan_frag.c */
+int ivshm__frag_take(ivshm_ep_t *ep);
+/* Lends fragment f to peer idx: returns the lend number the cell carries. */
+uint64_t ivshm__frag_lend(ivshm_ep_t *ep, int f, uint32_t idx);
+/* Acknowledges lend `lend` of fragment f in a sender's table (receiver,
+ * or the owner taking it back): the counter only moves forward. */
+void ivshm__frag_ack(_Atomic uint64_t *done, uint64_t lend);
+/* Takes back the fragments lent to peer idx (it is gone). */
+void ivshm__frag_reclaim(ivshm_ep_t *ep, uint32_t idx);
+/* Waits (bounded) until receivers gave back what we lent. */
+void ivshm__frag_linger(ivshm_ep_t *ep);
+
+/* chan_recv.c */
+/* Validates one published cell and delivers it; false if it must wait.
+ * expect: the only sender this queue may carry (a fast box), or -1.
+ * since: when this cell was first found waiting (0: now). */
+bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
+                    uint64_t *since);
+void ivshm__drop(ivshm_ep_t *ep);
+
+/* chan_send.c */
+void ivshm__publish(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
+                    struct cell *c, uint64_t pos, uint16_t type, uint32_t tag,
+                    uint32_t len, uint64_t offset, uint64_t total,
+                    uint32_t frag, uint64_t aux);
+
+/* chan_ep.c */
+/* The polling wait every endpoint without a doorbell uses. */
+ivshm_status_t ivshm__poll_wait(void *ctx, const volatile uint64_t *word,
+                                uint64_t seen, uint64_t timeout_ns);
+
+#endif

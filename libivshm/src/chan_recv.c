@@ -1,0 +1,201 @@
+/*
+ * Receiving: delivery of one published cell (read once, validated against
+ * our own geometry and the sender's published one, in per-pair order),
+ * the progress loop over fast boxes and the FIFO, and liveness: peers
+ * whose life ended, and our own lease.
+ */
+#include "chan_internal.h"
+#include "doorbell.h"
+
+#include <string.h>
+
+void ivshm__drop(ivshm_ep_t *ep) { BUMP(ep, invalid, 1); }
+
+/* May the data a peer lent us (its fragment, its region memory) be read
+ * now? Only while its lease surely lives: once it is gone the memory may
+ * have a new owner. */
+static enum ivshm_proc_state lender_state(ivshm_ep_t *ep, struct peer *p)
+{
+    return ivshm__proc_state(ep->r, p->owner_slot, p->owner_gen);
+}
+
+bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
+                    uint64_t *since)
+{
+    struct cell c;
+    memcpy(&c, shared, CELL_HDR); /* read once */
+    struct peer *p;
+    if (expect >= 0) {
+        /* a fast box carries its one sender's life only */
+        p = ep->peers[expect];
+        if (c.sender != (uint32_t)expect || !p || c.epoch != p->epoch) {
+            ivshm__drop(ep);
+            return true;
+        }
+    } else if (!(p = ivshm__rx_peer(ep, c.sender, c.epoch))) {
+        ivshm__drop(ep); /* unknown sender, or a life we never met */
+        return true;
+    }
+    /* A sender that left after publishing: what it put inline in our own
+     * queues is still readable and still in order, so it is delivered (a
+     * last "done" message must not be lost). Data in its fragments or its
+     * region memory may be reused: dropped. */
+    bool lent = c.type == CELL_FRAG || c.type == CELL_REGION;
+    if (p->dead && lent) {
+        ivshm__drop(ep);
+        return true;
+    }
+    int32_t d = seq_diff(c.pseq, p->pseq_in);
+    if (d > 0) {
+        /* from the future: legal only within what our queues can hold,
+         * never from a gone sender (the gap will not fill), and only for a
+         * while: then the missing pieces count as lost and the pair
+         * resynchronises, so one lost piece never jams the queue */
+        if (p->dead ||
+            (uint32_t)d > ep->g.fifo_cells + ep->cfg.fbox_cells + PENDING_MAX) {
+            ivshm__drop(ep);
+            return true;
+        }
+        uint64_t now = ivshm__mono_ns();
+        if (!*since)
+            *since = now;
+        if (now - *since < GAP_WAIT_NS)
+            return false;
+        BUMP(ep, invalid, (uint64_t)d);
+        p->pseq_in = c.pseq;
+    } else if (d < 0) {
+        ivshm__drop(ep); /* replay or forgery */
+        return true;
+    }
+    ivshm_msg_t m = {.sender = c.sender,
+                     .tag = c.tag,
+                     .len = c.len,
+                     .offset = c.offset,
+                     .total = c.total};
+    switch (c.type) {
+    case CELL_INLINE:
+        /* the cell is ours: our cell size bounds it, not the sender's */
+        if (c.len > ep->g.cell_size - CELL_HDR || c.offset > c.total ||
+            c.len > c.total - c.offset)
+            goto bad;
+        m.data = (const char *)shared + CELL_HDR;
+        break;
+    case CELL_FRAG:
+        if (c.frag >= p->g.frag_count || c.len > p->g.frag_size ||
+            c.offset > c.total || c.len > c.total - c.offset)
+            goto bad;
+        m.data = p->pool + (uint64_t)c.frag * p->g.frag_size;
+        break;
+    case CELL_REGION:
+        if (!ivshm__owned_by(ep->r, c.aux, c.len, p->owner_slot,
+                             p->owner_gen) ||
+            c.offset != 0 || c.total != c.len)
+            goto bad;
+        m.data = (const char *)ivshm_region_base(ep->r) + c.aux;
+        break;
+    case CELL_FBOX_REQ:
+        p->pseq_in++;
+        ivshm__fbox_grant(ep, p, c.sender);
+        return true;
+    case CELL_NOP:
+        p->pseq_in++;
+        return true;
+    default:
+        goto bad;
+    }
+    if (lent) {
+        enum ivshm_proc_state s = lender_state(ep, p);
+        if (s == PROC_DOUBT)
+            return false; /* a reclaimer decides: ask again later */
+        if (s == PROC_GONE) {
+            ivshm__peer_died(ep, c.sender);
+            goto bad;
+        }
+    }
+    p->pseq_in++;
+    ep->in_handler = true;
+    if (ep->handler)
+        ep->handler(ep->harg, &m);
+    ep->in_handler = false;
+    /* acknowledge in the sender's block only while it is still its own */
+    if (lent && lender_state(ep, p) == PROC_LIVE) {
+        IVSHM_TEST_STEP("ack");
+        if (c.type == CELL_FRAG)
+            ivshm__frag_ack(&p->fdone[c.frag], c.aux); /* G0 */
+        else
+            atomic_fetch_add_explicit(&p->rdone[ep->index], 1,
+                                      memory_order_release);
+    }
+    BUMP(ep, msgs_in, 1);
+    BUMP(ep, bytes_in, c.len);
+    return true;
+bad:
+    p->pseq_in++; /* the piece is consumed, dropped */
+    ivshm__drop(ep);
+    return true;
+}
+
+/* Reclaims dead leases (at most every GC_MAX_NS: a dead process of this
+ * VM is found by its pid, one of another VM after the lease timeout), then
+ * marks the peers whose life ended. */
+static void check_liveness(ivshm_ep_t *ep, uint64_t now)
+{
+    if (now - ep->last_gc > GC_MAX_NS) {
+        ep->last_gc = now;
+        ivshm_gc(ep->r, NULL);
+    }
+    for (uint32_t i = 0; i < ep->d->max_eps; i++) {
+        struct peer *p = ep->peers[i];
+        if (p && p->valid && !p->dead && ivshm__peer_gone(ep, p, i))
+            ivshm__peer_died(ep, i);
+    }
+}
+
+int ivshm_ep_progress(ivshm_ep_t *ep)
+{
+    if (ivshm__lease_held(ep->r) != IVSHM_OK) {
+        /* our memory may be someone else's now: touch nothing */
+        if (!ep->lease_reported) {
+            ep->lease_reported = true;
+            if (ep->ev)
+                ep->ev(ep->earg, IVSHM_EV_LEASE_LOST, ep->index);
+        }
+        return 0;
+    }
+    int budget = (int)ep->cfg.max_per_poll;
+    int n;
+    /* fair share: the queues take turns going first, so hot fast boxes
+     * cannot starve FIFO-only senders */
+    if (++ep->polls & 1) {
+        n = ivshm__fbox_poll(ep, budget);
+        n += ivshm__fifo_poll(ep, budget - n);
+    } else {
+        n = ivshm__fifo_poll(ep, budget);
+        n += ivshm__fbox_poll(ep, budget - n);
+    }
+    if (ep->polls % LIVENESS_PERIOD == 0 || (ep->npend && n == 0)) {
+        uint64_t now = ivshm__mono_ns();
+        if (now - ep->last_liveness > LIVENESS_NS) {
+            ep->last_liveness = now;
+            check_liveness(ep, now);
+        }
+    }
+    return n;
+}
+
+void ivshm_ep_stats(const ivshm_ep_t *ep, ivshm_ep_stats_t *s)
+{
+    s->msgs_in = ep->st.msgs_in;
+    s->bytes_in = ep->st.bytes_in;
+    s->msgs_out = ep->st.msgs_out;
+    s->bytes_out = ep->st.bytes_out;
+    s->stalls_full = ep->st.stalls;
+    s->invalid_dropped = ep->st.invalid;
+    s->dead_peers = ep->st.dead_peers;
+    s->fbox_granted = ep->st.fbox_granted;
+    s->fbox_used = ep->st.fbox_used;
+    s->wakeups = ep->st.wakeups;
+    s->doorbell_irqs = ep->db ? ep->db->irqs : 0;
+    s->doorbell_vector =
+        ep->db && ep->db->wait_fd >= 0 ? (int32_t)ep->db->vector : -1;
+}

@@ -1,0 +1,331 @@
+/*
+ * Sending: every message starts at tx_begin (our lease held, the peer's
+ * life unchanged, a fast box asked for once the pair is hot), takes a cell
+ * of the peer's fast box or FIFO, puts the payload inline or in one of our
+ * fragments, and publishes the cell (C1/F0), waking a receiver that
+ * blocks (N0). Single-copy region sends hand over an offset of our own
+ * region memory instead.
+ *
+ *  N0 sender: publish, then (full fence) load of the receiver's notify
+ *     word; receiver: CAS of the armed bit, then re-check of its queues.
+ *     One of them sees the other.
+ */
+#include "chan_internal.h"
+
+#include <string.h>
+
+/* N0 needs the publish ordered before the notify load (store-load): a full
+ * fence, paid only towards receivers that ever block (may_block). Polling
+ * receivers (MPI) never arm, so their senders skip it. A receiver sets
+ * may_block before its first wait and bounds that first wait (see
+ * ivshm_ep_wait), since a sender may not have seen the flag yet; after
+ * that no wake-up can be lost. GCC's TSan cannot model fences: its builds
+ * use a seq_cst store. */
+#if defined(__SANITIZE_THREAD__)
+static inline void publish_seq(_Atomic uint64_t *seq, uint64_t v)
+{
+    atomic_store_explicit(seq, v, memory_order_seq_cst);
+}
+#define STORE_LOAD_FENCE() ((void)0)
+#else
+static inline void publish_seq(_Atomic uint64_t *seq, uint64_t v)
+{
+    atomic_store_explicit(seq, v, memory_order_release);
+}
+#define STORE_LOAD_FENCE() atomic_thread_fence(memory_order_seq_cst)
+#endif
+
+static void wake(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
+{
+    if (!p->peer_may_block) {
+        if (!atomic_load_explicit(&p->ctl->may_block, memory_order_relaxed))
+            return;
+        p->peer_may_block = true; /* it stays a blocking receiver */
+    }
+    STORE_LOAD_FENCE(); /* N0: publish before the notify load */
+    uint64_t w = atomic_load_explicit(&p->ctl->notify, memory_order_seq_cst);
+    if ((w & 1) && atomic_compare_exchange_strong(&p->ctl->notify, &w,
+                                                  (w + 2) & ~1ull)) {
+        ep->notifier.ring(ep->notifier.ctx, idx);
+        BUMP(ep, wakeups, 1);
+    }
+}
+
+/* Never reads the cell: its line is the receiver's until we write it, and a
+ * read first would cost a second transfer. */
+void ivshm__publish(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
+                    struct cell *c, uint64_t pos, uint16_t type, uint32_t tag,
+                    uint32_t len, uint64_t offset, uint64_t total,
+                    uint32_t frag, uint64_t aux)
+{
+    /* The header is built privately and stored in one burst: a receiver
+     * polling this line steals it at most once, not once per field. */
+    struct cell h;
+    h.len = len;
+    h.tag = tag;
+    h.pseq = p->pseq_out++;
+    h.type = type;
+    h.sender = (uint16_t)ep->index;
+    h.frag = frag;
+    h.offset = offset;
+    h.total = total;
+    h.aux = aux;
+    h.epoch = ep->epoch;
+    h.pad = 0;
+    memcpy((char *)c + offsetof(struct cell, len),
+           (char *)&h + offsetof(struct cell, len),
+           CELL_HDR - offsetof(struct cell, len));
+    IVSHM_TEST_STEP("claim"); /* between claim and publish */
+    /* C1/F0: the cell's contents happen-before the consumer's read */
+    publish_seq(&c->seq, pos + 1);
+    IVSHM_TEST_STEP("publish");
+    BUMP(ep, msgs_out, 1);
+    BUMP(ep, bytes_out, len);
+    wake(ep, p, idx);
+}
+
+/* A cell for one piece: the fast box if we have one with room, else a
+ * FIFO position. NULL if both are full. */
+static struct cell *claim_cell(ivshm_ep_t *ep, struct peer *p, uint64_t *pos)
+{
+    struct cell *c = ivshm__fbox_claim(p, pos);
+    return c ? c : ivshm__fifo_claim(ep, p, pos);
+}
+
+/* Asks for a fast box once the pair is hot. */
+static void maybe_ask_fbox(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
+{
+    if (p->fbox_asked || !p->g.fbox_cells ||
+        ++p->sends < ep->cfg.fbox_threshold)
+        return;
+    uint64_t pos;
+    struct cell *c = claim_cell(ep, p, &pos);
+    if (!c)
+        return;
+    p->fbox_asked = true;
+    ivshm__publish(ep, p, idx, c, pos, CELL_FBOX_REQ, 0, 0, 0, 0, 0, 0);
+}
+
+/* The peer we may write to now: our lease held, the same life of the
+ * peer we connected to, its lease not in doubt. */
+static ivshm_status_t tx_peer(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
+{
+    ivshm_status_t st = ivshm__lease_held(ep->r);
+    if (st != IVSHM_OK)
+        return st;
+    struct peer *p = idx < ep->d->max_eps ? ep->peers[idx] : NULL;
+    if (!p || !p->valid)
+        return ivshm__fail(IVSHM_ERR_INVAL, "peer %u is not connected", idx);
+    /* the receiver's memory is only ours to write while this life of it
+     * lasts (its block may be freed and reused once it ends) */
+    if (ivshm__peer_gone(ep, p, idx)) {
+        ivshm__peer_died(ep, idx);
+        return ivshm__fail(IVSHM_ERR_PEER_DEAD, "peer %u is gone", idx);
+    }
+    if (ivshm__proc_state(ep->r, p->owner_slot, p->owner_gen) != PROC_LIVE)
+        return IVSHM_ERR_AGAIN; /* a reclaimer is deciding: not now */
+    if (!p->tx_fbox && p->fbox_asked && p->g.fbox_cells)
+        ivshm__fbox_check_grant(ep, p);
+    *out = p;
+    return IVSHM_OK;
+}
+
+static ivshm_status_t tx_begin(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
+{
+    ivshm_status_t st = tx_peer(ep, idx, out);
+    if (st == IVSHM_OK)
+        maybe_ask_fbox(ep, *out, idx);
+    return st;
+}
+
+size_t ivshm_ep_max_single(const ivshm_ep_t *ep) { return ep->cfg.frag_size; }
+
+static ivshm_status_t send_piece(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
+                                 uint32_t tag, const char *buf, uint32_t len,
+                                 uint64_t offset, uint64_t total)
+{
+    uint64_t pos;
+    int f = -1;
+    if (len > p->g.cell_size - CELL_HDR) {
+        f = ivshm__frag_take(ep);
+        if (f < 0)
+            return IVSHM_ERR_AGAIN;
+    }
+    struct cell *c = claim_cell(ep, p, &pos);
+    if (!c) {
+        BUMP(ep, stalls, 1);
+        return IVSHM_ERR_AGAIN;
+    }
+    if (f < 0) {
+        memcpy((char *)c + CELL_HDR, buf, len);
+        ivshm__publish(ep, p, idx, c, pos, CELL_INLINE, tag, len, offset,
+                       total, 0, 0);
+    } else {
+        memcpy(ep->pool + (uint64_t)f * ep->cfg.frag_size, buf, len);
+        uint64_t lend = ivshm__frag_lend(ep, f, idx);
+        IVSHM_TEST_STEP("lend");
+        ivshm__publish(ep, p, idx, c, pos, CELL_FRAG, tag, len, offset, total,
+                       (uint32_t)f, lend);
+    }
+    return IVSHM_OK;
+}
+
+ivshm_status_t ivshm_ep_try_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
+                                 const void *buf, size_t len)
+{
+    if (len > ep->cfg.frag_size)
+        return ivshm__fail(IVSHM_ERR_INVAL,
+                           "%zu bytes exceed one fragment; use ivshm_ep_send",
+                           len);
+    struct peer *p;
+    ivshm_status_t st = tx_begin(ep, peer, &p);
+    if (st != IVSHM_OK)
+        return st;
+    return send_piece(ep, p, peer, tag, buf, (uint32_t)len, 0, len);
+}
+
+/* Waits for room: serves our own queues (the peer may be sending to us)
+ * and every 1024 rounds checks that the peer and our lease still hold. */
+static ivshm_status_t wait_room(ivshm_ep_t *ep, uint32_t peer,
+                                struct peer **p, unsigned *spins)
+{
+    if (!ep->in_handler)
+        ivshm_ep_progress(ep);
+    if ((*spins & 1023) == 1023) {
+        ivshm_status_t st = tx_peer(ep, peer, p);
+        if (st != IVSHM_OK && st != IVSHM_ERR_AGAIN)
+            return st;
+    }
+    ivshm__backoff(spins);
+    if (*spins > 300)
+        *spins = 64; /* stay responsive: yield, do not sleep */
+    return IVSHM_OK;
+}
+
+/* tx_begin for the blocking sends: a peer in doubt is waited for. */
+static ivshm_status_t tx_begin_wait(ivshm_ep_t *ep, uint32_t peer,
+                                    struct peer **p, unsigned *spins)
+{
+    ivshm_status_t st;
+    while ((st = tx_begin(ep, peer, p)) == IVSHM_ERR_AGAIN)
+        if ((st = wait_room(ep, peer, p, spins)) != IVSHM_OK)
+            return st;
+    return st;
+}
+
+ivshm_status_t ivshm_ep_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
+                             const void *buf, size_t len)
+{
+    struct peer *p;
+    unsigned spins = 0;
+    ivshm_status_t st = tx_begin_wait(ep, peer, &p, &spins);
+    if (st != IVSHM_OK)
+        return st;
+    size_t done = 0;
+    do {
+        uint32_t piece = len - done > ep->cfg.frag_size
+                             ? ep->cfg.frag_size
+                             : (uint32_t)(len - done);
+        st = send_piece(ep, p, peer, tag, (const char *)buf + done, piece,
+                        done, len);
+        if (st == IVSHM_OK) {
+            done += piece;
+            spins = 0;
+            continue;
+        }
+        if ((st = wait_room(ep, peer, &p, &spins)) != IVSHM_OK)
+            return st;
+    } while (done < len);
+    return IVSHM_OK;
+}
+
+ivshm_status_t ivshm_ep_reserve(ivshm_ep_t *ep, uint32_t peer, size_t len,
+                                void **buf, ivshm_rsv_t *rsv)
+{
+    if (len > ep->cfg.frag_size)
+        return ivshm__fail(IVSHM_ERR_INVAL, "%zu bytes exceed one fragment",
+                           len);
+    struct peer *p;
+    ivshm_status_t st = tx_begin(ep, peer, &p);
+    if (st != IVSHM_OK)
+        return st;
+    int f = -1;
+    if (len > p->g.cell_size - CELL_HDR && (f = ivshm__frag_take(ep)) < 0)
+        return IVSHM_ERR_AGAIN;
+    struct cell *c = claim_cell(ep, p, &rsv->pos);
+    if (!c) {
+        BUMP(ep, stalls, 1);
+        return IVSHM_ERR_AGAIN; /* the fragment stays free: not lent */
+    }
+    rsv->lend = f >= 0 ? ivshm__frag_lend(ep, f, peer) : 0;
+    rsv->cell = c;
+    rsv->peer = peer;
+    rsv->frag = f;
+    rsv->len = (uint32_t)len;
+    *buf = f >= 0 ? ep->pool + (uint64_t)f * ep->cfg.frag_size
+                  : (char *)c + CELL_HDR;
+    return IVSHM_OK;
+}
+
+ivshm_status_t ivshm_ep_commit(ivshm_ep_t *ep, const ivshm_rsv_t *rsv,
+                               uint32_t tag, size_t len)
+{
+    struct peer *p = ep->peers[rsv->peer];
+    struct cell *c = rsv->cell;
+    if (len > rsv->len)
+        len = rsv->len;
+    ivshm__publish(ep, p, rsv->peer, c, rsv->pos,
+                   rsv->frag >= 0 ? CELL_FRAG : CELL_INLINE, tag,
+                   (uint32_t)len, 0, len,
+                   rsv->frag >= 0 ? (uint32_t)rsv->frag : 0, rsv->lend);
+    return IVSHM_OK;
+}
+
+void ivshm_ep_cancel(ivshm_ep_t *ep, const ivshm_rsv_t *rsv)
+{
+    struct peer *p = ep->peers[rsv->peer];
+    if (rsv->frag >= 0) /* hand the fragment back ourselves */
+        ivshm__frag_ack(&ep->fdone[rsv->frag], rsv->lend);
+    ivshm__publish(ep, p, rsv->peer, rsv->cell, rsv->pos, CELL_NOP, 0, 0, 0,
+                   0, 0, 0);
+}
+
+ivshm_status_t ivshm_ep_send_region(ivshm_ep_t *ep, uint32_t peer,
+                                    uint32_t tag, uint64_t off, size_t len,
+                                    uint64_t *ticket)
+{
+    if (len > UINT32_MAX ||
+        !ivshm__owned_by(ep->r, off, len, ep->r->slot, ep->r->gen))
+        return ivshm__fail(IVSHM_ERR_INVAL,
+                           "buffer [%llu, +%zu) is not this process' region "
+                           "memory",
+                           (unsigned long long)off, len);
+    struct peer *p;
+    unsigned spins = 0;
+    ivshm_status_t st = tx_begin_wait(ep, peer, &p, &spins);
+    if (st != IVSHM_OK)
+        return st;
+    uint64_t pos;
+    struct cell *c;
+    while (!(c = claim_cell(ep, p, &pos))) {
+        BUMP(ep, stalls, 1);
+        if ((st = wait_room(ep, peer, &p, &spins)) != IVSHM_OK)
+            return st;
+    }
+    *ticket = ++p->region_tickets;
+    ivshm__publish(ep, p, peer, c, pos, CELL_REGION, tag, (uint32_t)len, 0,
+                   len, 0, off);
+    return IVSHM_OK;
+}
+
+int ivshm_ep_region_done(ivshm_ep_t *ep, uint32_t peer, uint64_t ticket)
+{
+    if (peer >= ep->d->max_eps)
+        return 1;
+    /* written by the receiver when it finished copying */
+    uint64_t done = atomic_load_explicit(&ep->rdone[peer], memory_order_acquire);
+    struct peer *p = ep->peers[peer];
+    if (p && ivshm__peer_gone(ep, p, peer))
+        return -1;
+    return (int64_t)(done - ticket) >= 0;
+}
