@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #define GRACE_NS 1000000ull   /* the first wait's bound (see send: N0) */
+#define WAIT_RECHECK_NS 100000000ull /* a blocked wait looks again (100 ms) */
 #define DESTROY_GRACE_MS 2    /* senders mid-send finish before the free */
 
 static void ep_free_local(ivshm_ep_t *ep)
@@ -315,10 +316,13 @@ ivshm_status_t ivshm_ep_wait(ivshm_ep_t *ep, int timeout_ms)
         uint64_t t = deadline == UINT64_MAX ? UINT64_MAX : deadline - now;
         if (grace < t)
             t = grace;
-        /* parked cells resolve by time (an abandoned claim, a gap), not by
-         * a sender's wake-up: no sender may be left to ring */
-        if ((ep->npend || ep->nactive) && t > STUCK_CHECK_NS)
-            t = STUCK_CHECK_NS;
+        /* a claimer may die before it publishes, and parked cells resolve
+         * by time (an abandoned claim, a gap): no sender may be left to
+         * ring, so every round is bounded */
+        uint64_t cap = ep->npend || ep->nactive ? STUCK_CHECK_NS
+                                                : WAIT_RECHECK_NS;
+        if (t > cap)
+            t = cap;
         st = ep->notifier.wait(ep->notifier.ctx, (const volatile uint64_t *)nw,
                                w, t);
         if (st == IVSHM_ERR_NODEV) {

@@ -63,6 +63,7 @@ struct peer {
     struct fbox_hdr *rx_fbox_hdr;
     uint64_t rx_fbox_pos, rx_fbox_released;
     uint64_t rx_fbox_wait; /* since when its box waits on a gap, 0: not */
+    bool rx_held; /* a piece of it waits for its lease (not a gap) */
     int rx_fbox_slot;
 };
 
@@ -145,8 +146,10 @@ struct peer *ivshm__set_peer(ivshm_ep_t *ep, uint32_t idx,
  * in doubt is not gone. */
 bool ivshm__peer_gone(ivshm_ep_t *ep, const struct peer *p, uint32_t idx);
 /* The peer that sent a cell of epoch `epoch` from index idx: our record of
- * that life (possibly dead), a newly loaded one, or NULL. */
-struct peer *ivshm__rx_peer(ivshm_ep_t *ep, uint32_t idx, uint32_t epoch);
+ * that life (possibly dead), a newly loaded one, or NULL (*wait: the
+ * sender's lease is in doubt, ask again later). */
+struct peer *ivshm__rx_peer(ivshm_ep_t *ep, uint32_t idx, uint32_t epoch,
+                           bool *wait);
 void ivshm__peer_died(ivshm_ep_t *ep, uint32_t idx);
 
 /* chan_fifo.c */

@@ -113,7 +113,11 @@ ivshm_status_t ivshm__load_peer(ivshm_ep_t *ep, uint32_t idx,
     if (DIR_STATE(w) != DIR_READY || (want_word && w != want_word))
         return ivshm__fail(IVSHM_ERR_NOT_FOUND,
                            "endpoint %u is gone or was replaced", idx);
-    if (ivshm__proc_state(r, DIR_SLOT(w), DIR_GEN(w)) != PROC_LIVE)
+    enum ivshm_proc_state ps = ivshm__proc_state(r, DIR_SLOT(w), DIR_GEN(w));
+    if (ps == PROC_DOUBT)
+        return ivshm__fail(IVSHM_ERR_AGAIN,
+                           "endpoint %u's lease is being judged", idx);
+    if (ps != PROC_LIVE)
         return ivshm__fail(IVSHM_ERR_PEER_DEAD,
                            "endpoint %u's process lease is gone", idx);
     uint64_t off = atomic_load(&e->ctl_off);
@@ -179,8 +183,10 @@ bool ivshm__peer_gone(ivshm_ep_t *ep, const struct peer *p, uint32_t idx)
     return ivshm__proc_state(ep->r, p->owner_slot, p->owner_gen) == PROC_GONE;
 }
 
-struct peer *ivshm__rx_peer(ivshm_ep_t *ep, uint32_t idx, uint32_t epoch)
+struct peer *ivshm__rx_peer(ivshm_ep_t *ep, uint32_t idx, uint32_t epoch,
+                           bool *wait)
 {
+    *wait = false;
     if (idx >= ep->d->max_eps)
         return NULL;
     struct peer *p = ep->peers[idx];
@@ -189,7 +195,9 @@ struct peer *ivshm__rx_peer(ivshm_ep_t *ep, uint32_t idx, uint32_t epoch)
     /* a life we have not met: the current occupant of the index, if the
      * cell is its own */
     struct peer tmp;
-    if (ivshm__load_peer(ep, idx, 0, &tmp) != IVSHM_OK || tmp.epoch != epoch)
+    ivshm_status_t st = ivshm__load_peer(ep, idx, 0, &tmp);
+    *wait = st == IVSHM_ERR_AGAIN; /* its lease is in doubt: ask again */
+    if (st != IVSHM_OK || tmp.epoch != epoch)
         return NULL;
     return ivshm__set_peer(ep, idx, &tmp);
 }

@@ -32,9 +32,14 @@ bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
             ivshm__drop(ep);
             return true;
         }
-    } else if (!(p = ivshm__rx_peer(ep, c.sender, c.epoch))) {
-        ivshm__drop(ep); /* unknown sender, or a life we never met */
-        return true;
+    } else {
+        bool wait;
+        if (!(p = ivshm__rx_peer(ep, c.sender, c.epoch, &wait))) {
+            if (wait)
+                return false;
+            ivshm__drop(ep); /* unknown sender, or a life we never met */
+            return true;
+        }
     }
     /* A sender that left after publishing: what it put inline in our own
      * queues is still readable and still in order, so it is delivered (a
@@ -59,8 +64,8 @@ bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
         uint64_t now = ivshm__mono_ns();
         if (!*since)
             *since = now;
-        if (now - *since < GAP_WAIT_NS)
-            return false;
+        if (now - *since < GAP_WAIT_NS || p->rx_held)
+            return false; /* a held piece of its own is no gap */
         BUMP(ep, invalid, (uint64_t)d);
         p->pseq_in = c.pseq;
     } else if (d < 0) {
@@ -105,14 +110,17 @@ bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
     }
     if (lent) {
         enum ivshm_proc_state s = lender_state(ep, p);
-        if (s == PROC_DOUBT)
+        if (s == PROC_DOUBT) {
+            p->rx_held = true;
             return false; /* a reclaimer decides: ask again later */
+        }
         if (s == PROC_GONE) {
             ivshm__peer_died(ep, c.sender);
             goto bad;
         }
     }
     p->pseq_in++;
+    p->rx_held = false;
     ep->in_handler = true;
     if (ep->handler)
         ep->handler(ep->harg, &m);

@@ -1,0 +1,761 @@
+/*
+ * Channel faults (issue #16), one test per confirmed defect, through real
+ * processes sharing one /dev/shm region (a "VM" is a process with its own
+ * IVSHM_VM_ID where it matters). Each test failed on the channel before
+ * the fix; what it asserts is named in its comment.
+ * Raw access to the shared layout (chan_layout.h) forges what a crashed,
+ * paused or hostile peer leaves behind.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "chan_layout.h"
+#include "../testutil.h"
+
+#include <ivshm/channel.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+
+static char path[256];
+
+static int setup_lease(uint32_t lease_ms)
+{
+    tu_region_path(path, sizeof(path), "faults");
+    return tu_format(path, 64 << 20, 64, lease_ms) == IVSHM_OK ? 0 : -1;
+}
+static int setup_short(void **state)
+{
+    (void)state;
+    return setup_lease(300);
+}
+static int setup_long(void **state)
+{
+    (void)state;
+    return setup_lease(5000);
+}
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(path);
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- a process' view: its own mapping, lease, domain ---- */
+
+struct view {
+    ivshm_region_t *r;
+    ivshm_domain_t *d;
+};
+
+static void view_open(struct view *v, const char *job)
+{
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &v->r), IVSHM_OK);
+    assert_int_equal(ivshm_attach(v->r), IVSHM_OK);
+    assert_int_equal(ivshm_domain_join(v->r, job, 16, &v->d), IVSHM_OK);
+}
+
+static void view_close(struct view *v)
+{
+    ivshm_domain_leave(v->d);
+    ivshm_region_close(v->r);
+}
+
+/* A receiver that checks every message: payload = f(sender tag, tag). */
+struct sink {
+    uint32_t got, bad, dead, lease_lost;
+    uint32_t min_tag;
+};
+
+static size_t msg_len(uint32_t tag, size_t big) { return big ? big : 1 + tag % 96; }
+
+static void fill(unsigned char *b, size_t n, uint32_t tag)
+{
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)(tag * 31 + i * 7);
+}
+
+static void on_msg(void *arg, const ivshm_msg_t *m)
+{
+    struct sink *s = arg;
+    unsigned char want[8192];
+    size_t n = m->len < sizeof(want) ? m->len : sizeof(want);
+    fill(want, n, m->tag);
+    if (m->tag < s->min_tag || memcmp(want, m->data, n) != 0)
+        s->bad++;
+    s->got++;
+}
+
+static void on_event(void *arg, int kind, uint32_t peer)
+{
+    struct sink *s = arg;
+    (void)peer;
+    if (kind == IVSHM_EV_PEER_DEAD)
+        s->dead++;
+    if (kind == IVSHM_EV_LEASE_LOST)
+        s->lease_lost++;
+}
+
+static ivshm_ep_t *make_ep(struct view *v, int idx, const ivshm_ep_config_t *c,
+                           struct sink *s)
+{
+    ivshm_ep_t *ep;
+    memset(s, 0, sizeof(*s));
+    assert_int_equal(ivshm_ep_create(v->d, idx, c, on_msg, s, &ep), IVSHM_OK);
+    ivshm_ep_set_event_handler(ep, on_event, s);
+    return ep;
+}
+
+static uint32_t connect_ep(ivshm_ep_t *from, ivshm_ep_t *to)
+{
+    uint8_t a[IVSHM_EP_ADDR_SIZE];
+    uint32_t peer;
+    ivshm_ep_address(to, a);
+    assert_int_equal(ivshm_ep_connect(from, a, sizeof(a), &peer), IVSHM_OK);
+    return peer;
+}
+
+/* One message from `from` (try_send), progressing `rx` while there is no
+ * room; false after `seconds`. */
+static bool pump_one(ivshm_ep_t *from, uint32_t peer, ivshm_ep_t *rx,
+                     uint32_t tag, size_t big, double seconds)
+{
+    unsigned char buf[8192];
+    size_t n = msg_len(tag, big);
+    fill(buf, n, tag);
+    double end = now_s() + seconds;
+    for (;;) {
+        ivshm_status_t st = ivshm_ep_try_send(from, peer, tag, buf, n);
+        if (st == IVSHM_OK)
+            return true;
+        if (st != IVSHM_ERR_AGAIN || now_s() > end)
+            return false;
+        if (rx)
+            ivshm_ep_progress(rx);
+        ivshm_ep_progress(from);
+    }
+}
+
+static void drain(ivshm_ep_t *rx, struct sink *s, uint32_t want, double sec)
+{
+    double end = now_s() + sec;
+    while (s->got < want && now_s() < end)
+        if (ivshm_ep_progress(rx) == 0)
+            ivshm_ep_wait(rx, 1);
+}
+
+/* Region offset of an endpoint's control block (its address says it). */
+static uint64_t ctl_off_of(ivshm_ep_t *ep)
+{
+    uint8_t a[IVSHM_EP_ADDR_SIZE];
+    uint64_t off;
+    ivshm_ep_address(ep, a);
+    memcpy(&off, a + 40, 8);
+    return off;
+}
+
+static struct ep_ctl *raw_ctl(unsigned char *base, ivshm_ep_t *ep)
+{
+    return (struct ep_ctl *)(base + ctl_off_of(ep));
+}
+
+static struct cell *raw_cell(unsigned char *base, ivshm_ep_t *ep, uint64_t pos)
+{
+    struct ep_ctl *c = raw_ctl(base, ep);
+    return (struct cell *)((char *)c + c->g.cells_off +
+                           (pos & (c->g.fifo_cells - 1)) * c->g.cell_size);
+}
+
+static ivshm_ep_config_t fifo_cfg(uint32_t cells)
+{
+    ivshm_ep_config_t c;
+    ivshm_ep_config_init(&c);
+    c.fifo_cells = cells;
+    c.fbox_threshold = 1u << 30; /* stays on the FIFO */
+    return c;
+}
+
+/* ---- 1: a process that lost its lease stops touching the region ---- */
+
+/* A (VM a) is paused past the lease timeout; B (VM b) reclaims it and fills
+ * every free chunk (A's old ones among them). Resumed, A's allocation,
+ * send and progress fail with LEASE_LOST (and one event), and B's memory
+ * is unchanged. Before: alloc and send succeeded into B's memory. */
+static void test_pause_past_lease(void **state)
+{
+    (void)state;
+    int go[2], ready[2];
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(ready), 0);
+    pid_t a = fork();
+    if (a == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        setenv("IVSHM_VM_ID", "vm-a", 1);
+        struct view v;
+        view_open(&v, "pause");
+        ivshm_lease_start_thread(v.r);
+        struct sink s, s2;
+        ivshm_ep_config_t c = fifo_cfg(64);
+        ivshm_ep_t *ep = make_ep(&v, 1, &c, &s);
+        ivshm_ep_t *ep2 = make_ep(&v, 2, &c, &s2); /* a peer in this VM */
+        uint32_t peer = connect_ep(ep, ep2);
+        if (!pump_one(ep, peer, ep2, 0, 0, 5))
+            _exit(10);
+        char x = 'r';
+        if (write(ready[1], &x, 1) != 1)
+            _exit(9);
+        if (read(go[0], &x, 1) != 1) /* stopped here, then resumed */
+            _exit(9);
+        uint64_t off;
+        if (ivshm_alloc(v.r, 4096, &off) != IVSHM_ERR_LEASE_LOST)
+            _exit(11);
+        if (!strstr(ivshm_last_error(), "lease"))
+            _exit(12);
+        unsigned char buf[64] = {0};
+        if (ivshm_ep_try_send(ep, peer, 1, buf, sizeof(buf)) !=
+            IVSHM_ERR_LEASE_LOST)
+            _exit(13);
+        ivshm_ep_progress(ep);
+        ivshm_ep_progress(ep);
+        if (s.lease_lost != 1)
+            _exit(14);
+        ivshm_ep_destroy(ep2);
+        ivshm_ep_destroy(ep);
+        _exit(0);
+    }
+    char x;
+    assert_int_equal(read(ready[0], &x, 1), 1);
+    kill(a, SIGSTOP);
+    setenv("IVSHM_VM_ID", "vm-b", 1);
+    ivshm_region_t *r;
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &r), IVSHM_OK);
+    assert_int_equal(ivshm_attach(r), IVSHM_OK);
+    usleep(700 * 1000); /* > 2 x the 300 ms lease */
+    ivshm_gc_stats_t gs;
+    assert_int_equal(ivshm_gc(r, &gs), IVSHM_OK);
+    assert_true(gs.procs_reclaimed >= 1);
+    /* the new owner takes every free chunk and writes them */
+    ivshm_region_info_t ri;
+    ivshm_region_info(r, &ri);
+    unsigned char *base = ivshm_region_base(r);
+    uint64_t offs[4096];
+    unsigned n = 0;
+    while (n < 4096 && ivshm_alloc(r, ri.chunk_size, &offs[n]) == IVSHM_OK)
+        memset(base + offs[n++], 0x55, ri.chunk_size);
+    assert_true(n > 0);
+    kill(a, SIGCONT);
+    assert_int_equal(write(go[1], "g", 1), 1);
+    int ws;
+    assert_int_equal(waitpid(a, &ws, 0), a);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+        fail_msg("paused process ended with 0x%x", ws);
+    for (unsigned i = 0; i < n; i++)
+        for (uint32_t k = 0; k < ri.chunk_size; k++)
+            if (base[offs[i] + k] != 0x55)
+                fail_msg("the new owner's chunk %u was written at +%u", i, k);
+    ivshm_region_close(r);
+    unsetenv("IVSHM_VM_ID");
+}
+
+/* ---- 2: each side's geometry is the receiver's, for every mix ---- */
+
+struct rx_thread {
+    ivshm_ep_t *ep;
+    struct sink *s;
+    uint32_t want;
+    double end;
+};
+
+static void *rx_main(void *arg)
+{
+    struct rx_thread *t = arg;
+    drain(t->ep, t->s, t->want, t->end - now_s());
+    return NULL;
+}
+
+static ivshm_ep_config_t geom(uint32_t cell, uint32_t fbox, uint32_t fifo,
+                              uint32_t fcount, uint32_t fsize)
+{
+    ivshm_ep_config_t c;
+    ivshm_ep_config_init(&c);
+    c.cell_size = cell;
+    c.fbox_cells = fbox;
+    c.fbox_threshold = 4;
+    c.fifo_cells = fifo;
+    c.frag_count = fcount;
+    c.frag_size = fsize;
+    return c;
+}
+
+/* Receiver, sender and a third default sender with different cell size,
+ * fast-box size, FIFO length and fragment geometry: every message of both
+ * senders arrives intact, nothing is dropped. Before: a larger sender
+ * fast box wrote into the neighbour's box, inline lengths were checked
+ * against the sender's cells, the future window was the sender's. */
+static void test_mixed_geometry(void **state)
+{
+    (void)state;
+    const ivshm_ep_config_t cfgs[] = {
+        geom(128, 8, 8, 2, 4096),     geom(256, 64, 256, 16, 65536),
+        geom(1024, 32, 64, 4, 16384), geom(128, 0, 512, 8, 8192),
+        geom(512, 16, 16, 64, 4096),
+    };
+    const unsigned nc = sizeof(cfgs) / sizeof(cfgs[0]);
+    struct view v;
+    view_open(&v, "mixed");
+    enum { N = 300 };
+    for (unsigned i = 0; i < nc; i++)
+        for (unsigned j = 0; j < nc; j++) {
+            struct sink rs, ss, ts;
+            ivshm_ep_t *rx = make_ep(&v, 0, &cfgs[i], &rs);
+            ivshm_ep_t *tx = make_ep(&v, 1, &cfgs[j], &ss);
+            ivshm_ep_t *third = make_ep(&v, 2, NULL, &ts);
+            uint32_t p1 = connect_ep(tx, rx), p3 = connect_ep(third, rx);
+            struct rx_thread t = {rx, &rs, 2 * N, now_s() + 20};
+            pthread_t th;
+            pthread_create(&th, NULL, rx_main, &t);
+            bool sent = true;
+            for (uint32_t k = 0; k < N && sent; k++) {
+                size_t n = k % 7 == 0 ? 3000 : msg_len(k, 0) + (k % 3) * 150;
+                sent = pump_one(tx, p1, NULL, k, n, 10) &&
+                       pump_one(third, p3, NULL, k, 0, 10);
+            }
+            pthread_join(th, NULL);
+            ivshm_ep_stats_t st;
+            ivshm_ep_stats(rx, &st);
+            if (!sent || rs.got != 2 * N || rs.bad || st.invalid_dropped)
+                fail_msg("rx cfg %u, tx cfg %u: %u of %u delivered, %u bad, "
+                         "%llu dropped",
+                         i, j, rs.got, 2 * N, rs.bad,
+                         (unsigned long long)st.invalid_dropped);
+            assert_int_equal(ivshm_domain_valid(v.d, NULL, NULL), IVSHM_OK);
+            ivshm_ep_destroy(third);
+            ivshm_ep_destroy(tx);
+            ivshm_ep_destroy(rx);
+        }
+    view_close(&v);
+}
+
+/* ---- 3: one lost piece never jams a queue ---- */
+
+/* A sender's published cell is damaged before the receiver reads it (its
+ * piece is lost); the sender's later pieces still arrive, within a bounded
+ * wait, and the loss is counted. Before: they were parked forever and the
+ * FIFO stopped. */
+static void test_lost_piece_resyncs(void **state)
+{
+    (void)state;
+    struct view v;
+    view_open(&v, "gap");
+    size_t len;
+    unsigned char *base = tu_map_raw(path, &len);
+    assert_non_null(base);
+    struct sink rs, ss;
+    ivshm_ep_config_t c = fifo_cfg(64);
+    ivshm_ep_t *rx = make_ep(&v, 0, &c, &rs);
+    ivshm_ep_t *tx = make_ep(&v, 1, &c, &ss);
+    uint32_t peer = connect_ep(tx, rx);
+    assert_true(pump_one(tx, peer, rx, 0, 0, 5));
+    /* the first cell's sender becomes a stranger: dropped unread */
+    raw_cell(base, rx, 0)->sender = 0x7777;
+    rs.min_tag = 1;
+    for (uint32_t k = 1; k <= 300; k++)
+        assert_true(pump_one(tx, peer, rx, k, 0, 5));
+    drain(rx, &rs, 300, 5);
+    ivshm_ep_stats_t st;
+    ivshm_ep_stats(rx, &st);
+    assert_int_equal(rs.got, 300);
+    assert_int_equal(rs.bad, 0);
+    assert_true(st.invalid_dropped >= 1);
+    ivshm_ep_destroy(tx);
+    ivshm_ep_destroy(rx);
+    munmap(base, len);
+    view_close(&v);
+}
+
+/* ---- 4: fragments lent to a receiver that dies come back ---- */
+
+/* A lends all its fragments to B (which never reads), B is killed: within
+ * 3 s A's 1000-byte sends (fragments) to a live C go through again.
+ * Before: none did, ever. */
+static void test_frags_back_from_dead(void **state)
+{
+    (void)state;
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t b = fork();
+    if (b == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        struct view v;
+        view_open(&v, "frags");
+        struct sink s;
+        make_ep(&v, 1, NULL, &s);
+        if (write(ready[1], "r", 1) != 1)
+            _exit(9);
+        for (;;)
+            pause(); /* never reads */
+    }
+    char x;
+    assert_int_equal(read(ready[0], &x, 1), 1);
+    struct view v;
+    view_open(&v, "frags");
+    struct sink as, cs;
+    ivshm_ep_config_t cfg;
+    ivshm_ep_config_init(&cfg);
+    cfg.cell_size = 128; /* 1000 bytes need a fragment */
+    cfg.frag_count = 8;
+    ivshm_ep_t *a = make_ep(&v, 0, &cfg, &as);
+    ivshm_ep_t *cep = make_ep(&v, 2, NULL, &cs);
+    uint8_t addr[IVSHM_EP_ADDR_SIZE];
+    uint32_t pb;
+    assert_int_equal(ivshm_domain_address(v.d, 1, addr), IVSHM_OK);
+    assert_int_equal(ivshm_ep_connect(a, addr, sizeof(addr), &pb), IVSHM_OK);
+    uint32_t pc = connect_ep(a, cep);
+    /* 512 KiB towards B: every fragment ends up lent to it */
+    static unsigned char big[32768];
+    unsigned sent = 0;
+    while (sent < 16 && ivshm_ep_try_send(a, pb, sent, big, sizeof(big)) ==
+                            IVSHM_OK)
+        sent++;
+    assert_int_equal(sent, cfg.frag_count);
+    unsigned char small[1000];
+    fill(small, sizeof(small), 0);
+    assert_int_equal(ivshm_ep_try_send(a, pc, 0, small, sizeof(small)),
+                     IVSHM_ERR_AGAIN);
+    kill(b, SIGKILL);
+    int ws;
+    waitpid(b, &ws, 0);
+    double end = now_s() + 3;
+    unsigned ok = 0;
+    while (now_s() < end && ok < 1000) {
+        ivshm_status_t st = ivshm_ep_try_send(a, pc, 0, small, sizeof(small));
+        ok += st == IVSHM_OK;
+        ivshm_ep_progress(cep);
+        ivshm_ep_progress(a);
+    }
+    if (ok < 1000)
+        fail_msg("%u of 1000 sends to a live peer went through in 3 s", ok);
+    assert_int_equal(cs.bad, 0);
+    ivshm_ep_destroy(cep);
+    ivshm_ep_destroy(a);
+    view_close(&v);
+}
+
+/* ---- 5: an endpoint's life is (index, lease, epoch) ---- */
+
+/* The receiver re-creates its endpoint (same process, same index): the old
+ * sender's next send fails instead of writing the freed block. A new
+ * endpoint at a sender's freed index is heard (not taken for replays) and
+ * never picks up the grant made for its predecessor. Before: sends were
+ * "accepted" into freed memory; the new sender got 0 of 100 through. */
+static void test_endpoint_lives(void **state)
+{
+    (void)state;
+    struct view v;
+    view_open(&v, "lives");
+    ivshm_ep_config_t c;
+    ivshm_ep_config_init(&c);
+    c.fbox_threshold = 4;
+    struct sink rs, ss, s2;
+    ivshm_ep_t *rx = make_ep(&v, 0, &c, &rs);
+    ivshm_ep_t *tx = make_ep(&v, 1, &c, &ss);
+    uint32_t peer = connect_ep(tx, rx);
+    for (uint32_t k = 0; k < 20; k++)
+        assert_true(pump_one(tx, peer, rx, k, 0, 5));
+    drain(rx, &rs, 20, 5);
+    assert_int_equal(rs.got, 20);
+    /* the sender leaves, a new one takes its index; the receiver lives on
+     * (it granted the old one a fast box) */
+    ivshm_ep_destroy(tx);
+    ivshm_ep_t *tx2 = make_ep(&v, 1, &c, &s2);
+    uint32_t peer2 = connect_ep(tx2, rx);
+    memset(&rs, 0, sizeof(rs));
+    for (uint32_t k = 0; k < 100; k++)
+        assert_true(pump_one(tx2, peer2, rx, k, 0, 5));
+    drain(rx, &rs, 100, 5);
+    ivshm_ep_stats_t st;
+    ivshm_ep_stats(rx, &st);
+    if (rs.got != 100 || rs.bad || st.invalid_dropped)
+        fail_msg("new sender: %u of 100 delivered, %u bad, %llu dropped",
+                 rs.got, rs.bad, (unsigned long long)st.invalid_dropped);
+    /* the receiver re-creates itself at the same index */
+    ivshm_ep_destroy(rx);
+    struct sink rs2;
+    ivshm_ep_t *rx2 = make_ep(&v, 0, &c, &rs2);
+    unsigned char m[16] = {0};
+    assert_int_equal(ivshm_ep_try_send(tx2, peer2, 0, m, sizeof(m)),
+                     IVSHM_ERR_PEER_DEAD);
+    assert_int_equal(ivshm_domain_valid(v.d, NULL, NULL), IVSHM_OK);
+    ivshm_ep_destroy(rx2);
+    ivshm_ep_destroy(tx2);
+    view_close(&v);
+}
+
+/* ---- 6: a claim left by an earlier lap is not this lap's ---- */
+
+/* A claimer takes a FIFO position and dies before naming itself; the
+ * cell still holds the previous lap's claim of a live sender. The receiver
+ * gives the position up after one lease timeout and the live sender's
+ * messages flow. Before: the FIFO stayed full for good. */
+static void test_stale_claim(void **state)
+{
+    (void)state;
+    struct view v;
+    view_open(&v, "claim");
+    size_t len;
+    unsigned char *base = tu_map_raw(path, &len);
+    struct sink rs, ss;
+    ivshm_ep_config_t c = fifo_cfg(8);
+    ivshm_ep_t *rx = make_ep(&v, 0, &c, &rs);
+    ivshm_ep_t *tx = make_ep(&v, 1, &c, &ss);
+    uint32_t peer = connect_ep(tx, rx);
+    for (uint32_t k = 0; k < 8; k++)
+        assert_true(pump_one(tx, peer, rx, k, 0, 5));
+    drain(rx, &rs, 8, 5);
+    /* the dead claimer: a head CAS, nothing else */
+    atomic_fetch_add(&raw_ctl(base, rx)->head, 1);
+    memset(&rs, 0, sizeof(rs));
+    for (uint32_t k = 8; k < 28; k++)
+        if (!pump_one(tx, peer, rx, k, 0, 5))
+            fail_msg("send %u found no room for 5 s", k);
+    drain(rx, &rs, 20, 5);
+    assert_int_equal(rs.got, 20);
+    assert_int_equal(rs.bad, 0);
+    ivshm_ep_destroy(tx);
+    ivshm_ep_destroy(rx);
+    munmap(base, len);
+    view_close(&v);
+}
+
+/* ---- 7: a blocked receiver wakes although no sender can ring ---- */
+
+/* The receiver blocks in ivshm_ep_wait(-1); its FIFO then fills with claims
+ * of a claimer that died. A sender waits for room. The receiver must give
+ * the claims up and take the message (alarm: 20 s). Before: it slept
+ * forever. */
+static void test_wait_is_bounded(void **state)
+{
+    (void)state;
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t rxp = fork();
+    if (rxp == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        alarm(20);
+        struct view v;
+        view_open(&v, "wait");
+        struct sink s;
+        ivshm_ep_config_t c = fifo_cfg(8);
+        ivshm_ep_t *ep = make_ep(&v, 0, &c, &s);
+        if (write(ready[1], "r", 1) != 1)
+            _exit(9);
+        while (s.got == 0)
+            if (ivshm_ep_wait(ep, -1) != IVSHM_OK)
+                _exit(10);
+        _exit(s.bad ? 11 : 0);
+    }
+    char x;
+    assert_int_equal(read(ready[0], &x, 1), 1);
+    usleep(50 * 1000); /* the receiver is asleep in its wait */
+    struct view v;
+    view_open(&v, "wait");
+    size_t len;
+    unsigned char *base = tu_map_raw(path, &len);
+    uint8_t addr[IVSHM_EP_ADDR_SIZE];
+    assert_int_equal(ivshm_domain_address(v.d, 0, addr), IVSHM_OK);
+    uint64_t ctl_off;
+    memcpy(&ctl_off, addr + 40, 8);
+    struct ep_ctl *rc = (struct ep_ctl *)(base + ctl_off);
+    atomic_fetch_add(&rc->head, 8); /* a full lap of dead claims */
+    struct sink ss;
+    ivshm_ep_t *tx = make_ep(&v, 1, NULL, &ss);
+    uint32_t peer;
+    assert_int_equal(ivshm_ep_connect(tx, addr, sizeof(addr), &peer), IVSHM_OK);
+    bool sent = pump_one(tx, peer, NULL, 0, 10, 15);
+    int ws;
+    assert_int_equal(waitpid(rxp, &ws, 0), rxp);
+    if (!sent || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+        fail_msg("message %ssent; blocked receiver ended with 0x%x",
+                 sent ? "" : "not ", ws);
+    ivshm_ep_destroy(tx);
+    munmap(base, len);
+    view_close(&v);
+}
+
+/* ---- 8: `ivshm stat` on a damaged job slot ---- */
+
+static void count_ep(void *arg, const char *job, uint32_t index, uint32_t pid,
+                     const ivshm_ep_stats_t *s)
+{
+    (void)job, (void)index, (void)pid, (void)s;
+    ++*(unsigned *)arg;
+}
+
+/* A job slot whose area runs past the region: the endpoint walk skips it
+ * and still reports the healthy job. Before: SIGBUS/SIGSEGV. */
+static void test_stat_damaged_job(void **state)
+{
+    (void)state;
+    struct view v, w;
+    view_open(&v, "healthy");
+    view_open(&w, "damaged");
+    struct sink s1, s2;
+    ivshm_ep_t *e1 = make_ep(&v, 0, NULL, &s1);
+    ivshm_ep_t *e2 = make_ep(&w, 0, NULL, &s2);
+    pid_t c = fork();
+    if (c == 0) {
+        size_t len;
+        unsigned char *base = tu_map_raw(path, &len);
+        ivshm_region_t *r;
+        if (!base || ivshm_region_open(tu_uri(path), 0, &r) != IVSHM_OK)
+            _exit(9);
+        ivshm_region_info_t ri;
+        ivshm_region_info(r, &ri);
+        struct ivshm_hdr *h = (struct ivshm_hdr *)base;
+        for (uint32_t j = 0; j < ri.job_slots; j++) {
+            ivshm_job_info_t ji;
+            if (ivshm_region_job(r, j, &ji) == IVSHM_OK &&
+                strcmp(ji.key, "damaged") == 0) {
+                struct ivshm_job_slot *js =
+                    (struct ivshm_job_slot *)(base + h->job_off) + j;
+                /* the last 64 bytes of the mapping, and 1 MiB beyond */
+                atomic_store(&js->area_off, ri.size - 64);
+                js->area_size = 1ull << 20;
+            }
+        }
+        unsigned n = 0;
+        ivshm_region_endpoints(r, count_ep, &n);
+        _exit(n == 1 ? 0 : 10);
+    }
+    int ws;
+    assert_int_equal(waitpid(c, &ws, 0), c);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+        fail_msg("endpoint walk ended with 0x%x", ws);
+    ivshm_ep_destroy(e2);
+    ivshm_ep_destroy(e1);
+    view_close(&w);
+    view_close(&v);
+}
+
+/* ---- 9: a lease in doubt is not a death ---- */
+
+/* A reclaimer holds the sender's lease for a moment (then backs off, as it
+ * does when the heartbeat is fresh); the receiver's liveness checks run
+ * meanwhile. The sender's fragment messages are all delivered afterwards
+ * and no death is reported. Before: the peer was marked dead for good and
+ * its messages dropped. */
+static void test_doubt_is_not_death(void **state)
+{
+    (void)state;
+    struct view vr, vs;
+    view_open(&vr, "doubt");
+    view_open(&vs, "doubt");
+    size_t len;
+    unsigned char *base = tu_map_raw(path, &len);
+    struct sink rs, ss;
+    ivshm_ep_config_t c = fifo_cfg(64);
+    c.cell_size = 128;
+    ivshm_ep_t *rx = make_ep(&vr, 0, &c, &rs);
+    ivshm_ep_t *tx = make_ep(&vs, 1, &c, &ss);
+    uint32_t peer = connect_ep(tx, rx);
+    for (uint32_t k = 0; k < 10; k++)
+        assert_true(pump_one(tx, peer, NULL, k, 2000, 5));
+    ivshm_identity_t id;
+    ivshm_self_identity(vs.r, &id);
+    struct ivshm_hdr *h = (struct ivshm_hdr *)base;
+    struct ivshm_reg_slot *slot =
+        (struct ivshm_reg_slot *)(base + h->reg_off) + id.slot;
+    uint64_t alive = atomic_load(&slot->word);
+    atomic_store(&slot->word, SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING));
+    double end = now_s() + 0.25;
+    while (now_s() < end)
+        ivshm_ep_progress(rx);
+    atomic_store(&slot->word, alive); /* the reclaimer backs off */
+    drain(rx, &rs, 10, 5);
+    assert_int_equal(rs.dead, 0);
+    assert_int_equal(rs.got, 10);
+    assert_int_equal(rs.bad, 0);
+    ivshm_ep_destroy(tx);
+    ivshm_ep_destroy(rx);
+    munmap(base, len);
+    view_close(&vs);
+    view_close(&vr);
+}
+
+/* ---- 10: ownership is checked for every chunk of a range ---- */
+
+/* A's buffer range that straddles a chunk of B is not A's: a single-copy
+ * send of it is refused. Before: only the first and last chunk were
+ * looked at, and the receiver read B's memory. */
+static void test_range_straddles(void **state)
+{
+    (void)state;
+    struct view va, vb;
+    view_open(&va, "range");
+    view_open(&vb, "range");
+    struct sink rs, as;
+    ivshm_ep_t *rx = make_ep(&vb, 0, NULL, &rs);
+    ivshm_ep_t *a = make_ep(&va, 1, NULL, &as);
+    uint32_t peer = connect_ep(a, rx);
+    ivshm_region_info_t ri;
+    ivshm_region_info(va.r, &ri);
+    uint64_t x, y, z;
+    assert_int_equal(ivshm_alloc(va.r, ri.chunk_size, &x), IVSHM_OK);
+    assert_int_equal(ivshm_alloc(vb.r, ri.chunk_size, &y), IVSHM_OK);
+    assert_int_equal(ivshm_alloc(va.r, ri.chunk_size, &z), IVSHM_OK);
+    assert_int_equal(y, x + ri.chunk_size);
+    assert_int_equal(z, y + ri.chunk_size);
+    uint64_t ticket;
+    assert_int_equal(ivshm_ep_send_region(a, peer, 0, x, 3 * ri.chunk_size,
+                                          &ticket),
+                     IVSHM_ERR_INVAL);
+    assert_int_equal(ivshm_ep_send_region(a, peer, 0, x, ri.chunk_size,
+                                          &ticket),
+                     IVSHM_OK);
+    ivshm_ep_destroy(a);
+    ivshm_ep_destroy(rx);
+    view_close(&vb);
+    view_close(&va);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_pause_past_lease, setup_short,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_mixed_geometry, setup_long,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_lost_piece_resyncs, setup_long,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_frags_back_from_dead, setup_long,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_endpoint_lives, setup_long,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_stale_claim, setup_short,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_wait_is_bounded, setup_short,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_stat_damaged_job, setup_long,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_doubt_is_not_death, setup_long,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_range_straddles, setup_long,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
