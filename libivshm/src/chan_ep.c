@@ -68,6 +68,9 @@ static ivshm_status_t claim_index(ivshm_ep_t *ep, int index)
                            d->max_eps);
     uint32_t lo = index < 0 ? 0 : (uint32_t)index;
     uint32_t hi = index < 0 ? d->max_eps : (uint32_t)index + 1;
+    for (int round = 0; round < 2; round++) {
+        if (round == 1)
+            ivshm_gc(r, NULL); /* a dead holder's lease may not be collected yet */
     for (uint32_t i = lo; i < hi; i++) {
         struct dir_entry *e = &d->dir[i];
         uint64_t w = atomic_load(&e->word);
@@ -82,6 +85,7 @@ static ivshm_status_t claim_index(ivshm_ep_t *ep, int index)
             ep->epoch = atomic_fetch_add(&e->epoch, 1) + 1;
             return IVSHM_OK;
         }
+    }
     }
     return ivshm__fail(index < 0 ? IVSHM_ERR_NOSPACE : IVSHM_ERR_BUSY,
                        index < 0 ? "all %u endpoint slots of job '%s' are "
