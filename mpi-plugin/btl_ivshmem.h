@@ -71,6 +71,8 @@ typedef struct mca_btl_ivshmem_component_t {
     bool (*mem_useful)(void);        /* would region buffers serve a peer */
     void *(*mem_alloc)(size_t size); /* NULL: cannot (caller mallocs) */
     void (*mem_free)(void *ptr);
+    /* ob1's error callback (btl_register_error): a lost lease ends the job */
+    mca_btl_base_module_error_cb_fn_t error_cb;
 } mca_btl_ivshmem_component_t;
 
 /* Bumped whenever the component struct or mem_* change meaning. */
@@ -132,6 +134,8 @@ int mca_btl_ivshmem_setup(void);
 uint64_t mca_btl_ivshmem_region_offset(const void *p, size_t len);
 void mca_btl_ivshmem_teardown(void);
 void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m);
+/* Channel events: our lease lost (the job ends with an MPI error). */
+void mca_btl_ivshmem_event(void *arg, int kind, uint32_t peer);
 /* retries queued sends; returns how many completed */
 int mca_btl_ivshmem_progress_pending(void);
 

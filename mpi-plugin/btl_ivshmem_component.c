@@ -283,6 +283,7 @@ int mca_btl_ivshmem_setup(void)
                          mca_btl_ivshmem_recv, NULL, &c->ep);
     if (st != IVSHM_OK)
         return step_aside(st, "cannot create the channel endpoint");
+    ivshm_ep_set_event_handler(c->ep, mca_btl_ivshmem_event, NULL);
     c->npeers = nprocs;
     c->peers = calloc(nprocs, sizeof(*c->peers));
     c->seen = calloc(nprocs, 1);

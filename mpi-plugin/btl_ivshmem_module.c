@@ -400,7 +400,7 @@ static int ivshmem_deregister_mem(struct mca_btl_base_module_t *btl,
 /* Our mapping of [raddr, raddr + size) of a peer's registered buffer, or
  * NULL. The handle came from the peer: every field is checked. */
 static void *remote_ptr(const mca_btl_base_registration_handle_t *h,
-                        uint64_t raddr, size_t size)
+                        uint64_t raddr, size_t size, uint32_t owner)
 {
     if (!h || !C->r)
         return NULL;
@@ -412,7 +412,12 @@ static void *remote_ptr(const mca_btl_base_registration_handle_t *h,
         hd.off > rsize - hd.len || raddr < hd.addr ||
         raddr - hd.addr > hd.len || size > hd.len - (raddr - hd.addr))
         return NULL;
-    return (char *)ivshm_region_base(C->r) + hd.off + (raddr - hd.addr);
+    uint64_t off = hd.off + (raddr - hd.addr);
+    /* the range must be the peer's own memory, under its live lease: a
+     * stale handle of a dead or restarted peer is refused */
+    if (ivshm_ep_peer_holds(C->ep, owner, off, size) != IVSHM_OK)
+        return NULL;
+    return (char *)ivshm_region_base(C->r) + off;
 }
 
 static int refuse_rdma(struct mca_btl_base_endpoint_t *endpoint,
@@ -439,10 +444,12 @@ static int rdma_copy(struct mca_btl_base_module_t *btl,
                      size_t size, mca_btl_base_rdma_completion_fn_t cbfunc,
                      void *cbcontext, void *cbdata)
 {
-    void *remote = remote_ptr(remote_handle, remote_address, size);
+    void *remote = remote_ptr(remote_handle, remote_address, size,
+                              endpoint->peer);
     if (!remote)
         return refuse_rdma(endpoint, put ? "put" : "get", remote_address,
                            size);
+    int rc = OPAL_SUCCESS;
     if (put) {
         memcpy(remote, local_address, size);
         endpoint->puts++;
@@ -451,9 +458,16 @@ static int rdma_copy(struct mca_btl_base_module_t *btl,
         memcpy(local_address, remote, size);
         endpoint->gets++;
         endpoint->get_bytes += size;
+        /* the owner died during the copy: its chunks may have been
+         * reclaimed and reused, the bytes may be someone else's */
+        if (ivshm_ep_peer_alive(C->ep, endpoint->peer) != IVSHM_OK) {
+            opal_output(0, "btl ivshmem: rank %u died while its buffer was "
+                           "read; the message is failed, not delivered",
+                        endpoint->vpid);
+            rc = OPAL_ERR_UNREACH;
+        }
     }
-    cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata,
-           OPAL_SUCCESS);
+    cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata, rc);
     return OPAL_SUCCESS;
 }
 
@@ -475,6 +489,34 @@ static int rdma_copy(struct mca_btl_base_module_t *btl,
     }
 IVSHMEM_RDMA_FN(ivshmem_get, false)
 IVSHMEM_RDMA_FN(ivshmem_put, true)
+
+static int ivshmem_register_error(struct mca_btl_base_module_t *btl,
+                                  mca_btl_base_module_error_cb_fn_t cbfunc)
+{
+    (void)btl;
+    C->error_cb = cbfunc;
+    return OPAL_SUCCESS;
+}
+
+void mca_btl_ivshmem_event(void *arg, int kind, uint32_t peer)
+{
+    (void)arg;
+    (void)peer;
+    if (kind != IVSHM_EV_LEASE_LOST)
+        return; /* a dead peer: its sends fail with OPAL_ERR_UNREACH */
+    /* This process was stalled past the region's lease timeout (a paused
+     * or swapped VM) and its region memory went to others: nothing may be
+     * sent or received through it any more, and messages may be lost. */
+    opal_output(0, "btl ivshmem: rank %u lost its lease on the shared region "
+                   "%s: the process was stalled longer than the region's "
+                   "lease timeout (ivshm info shows it) and its region "
+                   "memory was reclaimed; the job cannot continue",
+                (unsigned)OPAL_PROC_MY_NAME.vpid, C->region);
+    if (C->error_cb)
+        C->error_cb(&mca_btl_ivshmem_module.super, MCA_BTL_ERROR_FLAGS_FATAL,
+                    NULL, "btl ivshmem: lease on the shared region lost");
+    abort(); /* no PML took errors from us */
+}
 
 /* A piece from a peer: its tag and length are untrusted; the callback sees
  * a descriptor whose one segment points at the data in the region. */
@@ -530,6 +572,7 @@ mca_btl_ivshmem_module_t mca_btl_ivshmem_module = {
         .btl_put = ivshmem_put,
         .btl_get = ivshmem_get,
         .btl_register_mem = ivshmem_register_mem,
+        .btl_register_error = ivshmem_register_error,
         .btl_deregister_mem = ivshmem_deregister_mem,
     },
 };

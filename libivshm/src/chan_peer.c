@@ -216,3 +216,32 @@ void ivshm__peer_died(ivshm_ep_t *ep, uint32_t idx)
     if (ep->ev)
         ep->ev(ep->earg, IVSHM_EV_PEER_DEAD, idx);
 }
+
+ivshm_status_t ivshm_ep_peer_holds(ivshm_ep_t *ep, uint32_t peer,
+                                   uint64_t off, uint64_t len)
+{
+    struct peer *p = peer < ep->d->max_eps ? ep->peers[peer] : NULL;
+    if (!p || !p->valid)
+        return ivshm__fail(IVSHM_ERR_INVAL, "peer %u is not connected", peer);
+    if (ivshm__proc_state(ep->r, p->owner_slot, p->owner_gen) != PROC_LIVE)
+        return ivshm__fail(IVSHM_ERR_PEER_DEAD,
+                           "peer %u's lease is gone or being reclaimed", peer);
+    if (!ivshm__owned_by(ep->r, off, len, p->owner_slot, p->owner_gen))
+        return ivshm__fail(IVSHM_ERR_INVAL,
+                           "[%llu, +%llu) is not memory of peer %u",
+                           (unsigned long long)off, (unsigned long long)len,
+                           peer);
+    return IVSHM_OK;
+}
+
+ivshm_status_t ivshm_ep_peer_alive(ivshm_ep_t *ep, uint32_t peer)
+{
+    struct peer *p = peer < ep->d->max_eps ? ep->peers[peer] : NULL;
+    if (!p || !p->valid ||
+        ivshm__proc_state(ep->r, p->owner_slot, p->owner_gen) != PROC_LIVE)
+        return ivshm__fail(IVSHM_ERR_PEER_DEAD,
+                           "peer %u's lease ended (its memory may have a new "
+                           "owner)",
+                           peer);
+    return IVSHM_OK;
+}

@@ -6,7 +6,10 @@
 #  2. MPI_Alloc_mem buffers that do not fit the region stay private;
 #  3. a missing region, a region of another layout version, a region too
 #     small for the job: the job passes over tcp and each process prints
-#     one warning.
+#     one warning;
+#  4. a rank paused (SIGSTOP) longer than the region's lease timeout, then
+#     resumed: the job ends with an MPI error naming the lost lease, no
+#     hang.
 # Needs root, iproute2 and Open MPI; skipped (77) otherwise.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -109,6 +112,60 @@ SIMVM_REGION_OVERRIDE=file:$R
 bad_config region-too-small "has no room for this process"
 rm -f "$R"
 unset SIMVM_REGION_OVERRIDE
+
+# ---- 4. a rank paused past the lease timeout (a suspended VM)
+cat >"$work/pingpong.c" <<'C'
+#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv)
+{
+    int rank, x = 0;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    double end = MPI_Wtime() + 40;
+    while (MPI_Wtime() < end) {
+        if (rank == 0) {
+            MPI_Send(&x, 1, MPI_INT, 1, 0, MPI_COMM_WORLD);
+            MPI_Recv(&x, 1, MPI_INT, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(&x, 1, MPI_INT, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(&x, 1, MPI_INT, 0, 0, MPI_COMM_WORLD);
+        }
+        x++;
+    }
+    printf("pingpong: %d round trips, not stopped\n", x);
+    MPI_Finalize();
+    return 0;
+}
+C
+mpicc -O2 "$work/pingpong.c" -o "$work/pingpong"
+for r in $("$SIMVM" regions); do
+    "$top_builddir/libivshm/tools/ivshm" format "file:$r" --size 64M --lease-ms 500 --force >/dev/null
+done
+SIMVM_TIMEOUT=60 simvm_mpirun 10.200.0.1:1,10.200.0.2:1 2 --mca btl self,vader,ivshmem \
+    --mca mpi_yield_when_idle 1 "$work/pingpong" >"$work/pause.out" 2>&1 &
+job=$!
+pid=""
+for _ in $(seq 100); do
+    pid=$(pgrep -f "^$work/pingpong" | tail -1)
+    [ -n "$pid" ] && break
+    sleep 0.1
+done
+sleep 2
+t0=$(date +%s)
+[ -n "$pid" ] && kill -STOP "$pid" && sleep 3 && kill -CONT "$pid"
+wait "$job"
+rc=$?
+t1=$(date +%s)
+if [ -n "$pid" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $((t1 - t0)) -lt 30 ] &&
+   grep -q "lost its lease on the shared region" "$work/pause.out" &&
+   ! grep -q "not stopped" "$work/pause.out"; then
+    ok "rank paused past the lease: the job ended with an error in $((t1 - t0)) s"
+    grep -m1 "lost its lease" "$work/pause.out"
+else
+    bad "paused rank (pid '$pid', rc $rc, $((t1 - t0)) s)"; tail -20 "$work/pause.out"
+fi
+simvm_format 256M
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -136,6 +136,16 @@ ivshm_status_t ivshm_ep_send_region(ivshm_ep_t *ep, uint32_t peer,
                                     uint64_t *ticket);
 int ivshm_ep_region_done(ivshm_ep_t *ep, uint32_t peer, uint64_t ticket);
 
+/* One-sided access to a peer's buffer named by region offset (an MPI
+ * put/get handle): IVSHM_OK if every chunk of [off, off+len) belongs to
+ * the peer's live lease; IVSHM_ERR_PEER_DEAD if that lease ended or is
+ * being reclaimed, IVSHM_ERR_INVAL if the range is not its memory. After
+ * a read, ivshm_ep_peer_alive() says whether the lease still held (if not,
+ * the bytes may be a new owner's: discard them). */
+ivshm_status_t ivshm_ep_peer_holds(ivshm_ep_t *ep, uint32_t peer,
+                                   uint64_t off, uint64_t len);
+ivshm_status_t ivshm_ep_peer_alive(ivshm_ep_t *ep, uint32_t peer);
+
 /* Handles up to cfg.max_per_poll received pieces; returns how many. */
 int ivshm_ep_progress(ivshm_ep_t *ep);
 /* Blocks until something arrives or timeout_ms passes (-1: forever):
