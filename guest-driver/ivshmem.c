@@ -43,9 +43,16 @@
 #define REG_IVPOSITION 0x08
 #define REG_DOORBELL 0x0c
 
-static bool bar2_wc = true;
-module_param(bar2_wc, bool, 0444);
-MODULE_PARM_DESC(bar2_wc, "map BAR2 write-combined (default) or uncached");
+/* BAR2 is host RAM: write-back is what the channels' ordering assumes (a
+ * release store is a plain store only on write-back or uncached memory;
+ * write-combined stores may pass each other). */
+static char *bar2_map = "wb";
+module_param(bar2_map, charp, 0444);
+MODULE_PARM_DESC(bar2_map,
+                 "memory type of BAR2 mappings: wb (default, needed for the "
+                 "channels' ordering), uc (ordered, slow), wc (unordered: "
+                 "refused by libivshm)");
+static u32 bar2_flags = IVSHMEM_F_BAR2_WB;
 
 static unsigned int max_vectors = IVSHMEM_MAX_VECTORS;
 module_param(max_vectors, uint, 0444);
@@ -308,7 +315,7 @@ static long ivshm_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
             .regs_offset = IVSHMEM_REGS_OFFSET,
             .ivposition = d->ivposition,
             .vectors = d->nvec,
-            .flags = d->flags,
+            .flags = d->flags | bar2_flags,
             .revision = d->pdev->revision,
         };
         if (copy_to_user(uarg, &info, sizeof(info)))
@@ -438,8 +445,12 @@ static int ivshm_mmap(struct file *filp, struct vm_area_struct *vma)
     } else {
         start = d->shm_start;
         avail = d->shm_len;
-        prot = bar2_wc ? pgprot_writecombine(vma->vm_page_prot)
-                       : pgprot_noncached(vma->vm_page_prot);
+        if (bar2_flags & IVSHMEM_F_BAR2_WB)
+            prot = vma->vm_page_prot; /* cached: the x86 PAT keeps it WB */
+        else if (bar2_flags & IVSHMEM_F_BAR2_WC)
+            prot = pgprot_writecombine(vma->vm_page_prot);
+        else
+            prot = pgprot_noncached(vma->vm_page_prot);
     }
     ret = -EINVAL;
     if (off > avail || len > avail - off)
@@ -637,6 +648,16 @@ static int __init ivshm_init(void)
 
     if (max_vectors > IVSHMEM_MAX_VECTORS)
         max_vectors = IVSHMEM_MAX_VECTORS;
+    if (!strcmp(bar2_map, "wb")) {
+        bar2_flags = IVSHMEM_F_BAR2_WB;
+    } else if (!strcmp(bar2_map, "wc")) {
+        bar2_flags = IVSHMEM_F_BAR2_WC;
+    } else if (!strcmp(bar2_map, "uc")) {
+        bar2_flags = 0;
+    } else {
+        pr_err("ivshmem: bar2_map=%s: use wb, uc or wc\n", bar2_map);
+        return -EINVAL;
+    }
     err = alloc_chrdev_region(&ivshm_devt, 0, IVSHMEM_MINORS, "ivshmem");
     if (err)
         return err;

@@ -33,6 +33,10 @@
 #define IVSHMEM_F_DOORBELL 0x1u   /* configured for interrupts (MSI-X) */
 #define IVSHMEM_F_INTX 0x2u       /* legacy INTx (revision 0, no MSI-X) */
 #define IVSHMEM_F_REGS_MMAP 0x4u  /* BAR0 fills whole pages: mmap allowed */
+/* BAR2's memory type for mmap (module parameter bar2_map); neither bit:
+ * uncached. The channels need write-back or uncached (ordered) memory. */
+#define IVSHMEM_F_BAR2_WB 0x8u
+#define IVSHMEM_F_BAR2_WC 0x10u
 
 struct ivshmem_info {
     __u64 shm_size;    /* bytes of BAR2 */

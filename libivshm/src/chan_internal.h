@@ -64,6 +64,10 @@ struct peer {
     uint64_t rx_fbox_pos, rx_fbox_released;
     uint64_t rx_fbox_wait; /* since when its box waits on a gap, 0: not */
     bool rx_held; /* a piece of it waits for its lease (not a gap) */
+    /* a gap in its pieces: the lowest waiting pseq seen in progress call
+     * gap_pass, and whether the oldest wait is over (resync then) */
+    uint32_t gap_low, gap_pass;
+    bool gap_due;
     int rx_fbox_slot;
 };
 
@@ -102,6 +106,8 @@ struct ivshm_ep {
     struct peer **peers; /* lazily allocated, by directory index */
     uint32_t *active;    /* peers that hold a fast box we granted */
     uint32_t nactive;
+    uint32_t *gapped;    /* peers with a gap seen in this progress call */
+    uint32_t ngapped;
     /* consumer state */
     uint64_t rx_pos;
     uint64_t tail_published;

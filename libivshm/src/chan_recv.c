@@ -64,10 +64,19 @@ bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
         uint64_t now = ivshm__mono_ns();
         if (!*since)
             *since = now;
-        if (now - *since < GAP_WAIT_NS || p->rx_held)
-            return false; /* a held piece of its own is no gap */
-        BUMP(ep, invalid, (uint64_t)d);
-        p->pseq_in = c.pseq;
+        /* the resync (end of the progress call) goes to the lowest piece
+         * that waits, whichever wait ran out first */
+        if (p->gap_pass != ep->polls) {
+            p->gap_pass = ep->polls;
+            p->gap_low = c.pseq;
+            p->gap_due = false;
+            ep->gapped[ep->ngapped++] = c.sender;
+        } else if (seq_diff(c.pseq, p->gap_low) < 0) {
+            p->gap_low = c.pseq;
+        }
+        if (now - *since >= GAP_WAIT_NS && !p->rx_held)
+            p->gap_due = true; /* a held piece of its own is no gap */
+        return false;
     } else if (d < 0) {
         ivshm__drop(ep); /* replay or forgery */
         return true;
@@ -181,6 +190,16 @@ int ivshm_ep_progress(ivshm_ep_t *ep)
         n = ivshm__fifo_poll(ep, budget);
         n += ivshm__fbox_poll(ep, budget - n);
     }
+    /* gaps that waited long enough: the pieces in between are lost */
+    for (uint32_t i = 0; i < ep->ngapped; i++) {
+        struct peer *p = ep->peers[ep->gapped[i]];
+        if (p && p->gap_pass == ep->polls && p->gap_due &&
+            seq_diff(p->gap_low, p->pseq_in) > 0) {
+            BUMP(ep, invalid, (uint64_t)seq_diff(p->gap_low, p->pseq_in));
+            p->pseq_in = p->gap_low;
+        }
+    }
+    ep->ngapped = 0;
     if (ep->polls % LIVENESS_PERIOD == 0 || (ep->npend && n == 0)) {
         uint64_t now = ivshm__mono_ns();
         if (now - ep->last_liveness > LIVENESS_NS) {

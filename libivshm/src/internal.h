@@ -177,6 +177,8 @@ ivshm_status_t ivshm__provider_open(const char *uri, bool rdonly, bool create,
                                     int *fd, uint64_t *size, char **resolved);
 
 bool ivshm__provider_is_dev(const struct ivshm_provider *p);
+/* How the region's memory is mapped (see ivshm_region_memtype). */
+const char *ivshm__provider_memtype(const struct ivshm_provider *p, int fd);
 /* the guest driver's view of a dev: region's device (ivshmem_uapi.h) */
 struct ivshmem_info;
 ivshm_status_t ivshm__dev_info(int fd, const char *path,

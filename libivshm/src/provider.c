@@ -87,13 +87,15 @@ static long read_hex_file(const char *dir, const char *name)
     return strtol(buf, NULL, 0);
 }
 
-/* resource2_wc maps BAR2 write-combined where the BAR is prefetchable;
- * plain resource2 otherwise. */
+/* sysfs resource2 maps BAR2 uncached (UC-): ordered, as the channels need.
+ * resource2_wc (write-combined) is never used: WC stores may pass each
+ * other, so a flag could be seen before the data it publishes. Where the
+ * hypervisor ignores the guest's memory type (KVM on Intel without
+ * non-coherent DMA) the mapping is write-back anyway; the guest driver
+ * (dev:) maps write-back everywhere. */
 static void bar2_path(const char *dir, char *out, size_t n)
 {
-    snprintf(out, n, "%s/resource2_wc", dir);
-    if (access(out, F_OK) != 0)
-        snprintf(out, n, "%s/resource2", dir);
+    snprintf(out, n, "%s/resource2", dir);
 }
 
 /* Counts the entries of dir; copies the first (by name) into name. */
@@ -267,6 +269,13 @@ static ivshm_status_t dev_open(const char *rest, bool rdonly, bool create,
         return ivshm__fail_errno(errno, "cannot open ivshmem device", path);
     struct ivshmem_info info;
     ivshm_status_t st = ivshm__dev_info(f, path, &info);
+    if (st == IVSHM_OK && (info.flags & IVSHMEM_F_BAR2_WC))
+        st = ivshm__fail(IVSHM_ERR_NOTSUP,
+                         "%s maps BAR2 write-combined (module parameter "
+                         "bar2_map=wc): stores may pass each other there, "
+                         "which the channels cannot allow; reload ivshmem.ko "
+                         "with bar2_map=wb",
+                         path);
     if (st != IVSHM_OK) {
         close(f);
         return st;
@@ -294,6 +303,22 @@ static const struct ivshm_provider providers[] = {
     {"pci", pci_open},
     {"dev", dev_open},
 };
+
+const char *ivshm__provider_memtype(const struct ivshm_provider *p, int fd)
+{
+    if (p && p->open == pci_open)
+        return "uncached (sysfs resource2; write-back where the hypervisor "
+               "ignores guest memory types)";
+    if (p && p->open == dev_open) {
+        struct ivshmem_info info;
+        if (ioctl(fd, IVSHMEM_IOC_INFO, &info) != 0)
+            return "unknown (guest driver did not answer)";
+        return info.flags & IVSHMEM_F_BAR2_WB ? "write-back (guest driver)"
+                                              : "uncached (guest driver, "
+                                                "bar2_map=uc)";
+    }
+    return "write-back (shared memory file)";
+}
 
 bool ivshm__provider_is_dev(const struct ivshm_provider *p)
 {

@@ -385,6 +385,10 @@ void ivshm_region_close(ivshm_region_t *r)
 const char *ivshm_region_uri(const ivshm_region_t *r) { return r->uri; }
 uint64_t ivshm_region_size(const ivshm_region_t *r) { return r->map_size; }
 void *ivshm_region_base(const ivshm_region_t *r) { return r->base; }
+const char *ivshm_region_memtype(const ivshm_region_t *r)
+{
+    return ivshm__provider_memtype(r->prov, r->fd);
+}
 void ivshm_region_uuid(const ivshm_region_t *r, uint8_t uuid[16])
 {
     memcpy(uuid, r->g.uuid, 16);

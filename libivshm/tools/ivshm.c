@@ -197,10 +197,12 @@ static int do_info(struct opts *o)
         jstr(ivshm_region_uri(r));
         printf(",\"uuid\":\"%s\",\"version\":%u,\"size\":%llu,"
                "\"created\":\"%s\",\"chunk_size\":%u,\"chunks\":%u,"
-               "\"chunks_used\":%u,\"lease_timeout_ms\":%u,\"processes\":[",
+               "\"chunks_used\":%u,\"lease_timeout_ms\":%u,\"memory\":",
                u, inf.version, (unsigned long long)inf.size, tbuf,
                inf.chunk_size, inf.chunk_count, inf.chunks_used,
                inf.lease_timeout_ms);
+        jstr(ivshm_region_memtype(r));
+        printf(",\"processes\":[");
     } else {
         printf("region     %s\nuuid       %s\nversion    %u\nsize       %llu "
                "bytes (%llu MiB)\ncreated    %s\nheap       %u of %u chunks "
@@ -212,6 +214,7 @@ static int do_info(struct opts *o)
                inf.chunk_count ? 100.0 * inf.chunks_used / inf.chunk_count
                                : 0.0,
                inf.lease_timeout_ms);
+        printf("memory     %s\n", ivshm_region_memtype(r));
         printf("processes  %u of %u slots\n", inf.reg_used, inf.reg_slots);
     }
     bool first = true;

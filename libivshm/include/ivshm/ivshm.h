@@ -99,6 +99,9 @@ void ivshm_region_uuid(const ivshm_region_t *r, uint8_t uuid[16]);
 /* Base of the mapping: for channels and benchmarks that place data in
  * areas they own; offsets handed between processes are always checked. */
 void *ivshm_region_base(const ivshm_region_t *r);
+/* The memory type of the mapping, in words (`ivshm info` prints it): the
+ * channels need write-back or uncached memory, never write-combined. */
+const char *ivshm_region_memtype(const ivshm_region_t *r);
 void ivshm_uuid_str(const uint8_t uuid[16], char out[37]);
 
 /* ---- registry: attached processes and their leases ---- */
