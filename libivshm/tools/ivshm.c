@@ -69,6 +69,10 @@ static const char *const cmd_help[][2] = {
      "Reclaims the registry slots of dead processes (this VM: pid gone;\n"
      "other VMs: heartbeat older than the lease timeout), jobs without live\n"
      "members and chunks whose owner is gone.\n"},
+    {"config",
+     "usage: ivshm config [--json]\n"
+     "Prints the channel configuration table: environment variable,\n"
+     "default, allowed range and meaning (a Markdown table).\n"},
     {"stat",
      "usage: ivshm stat [--region URI] [--json]\n"
      "Prints the counters of every channel endpoint of every job: pieces and\n"
@@ -275,6 +279,32 @@ static int do_info(struct opts *o)
     if (o->json)
         printf("]}\n");
     ivshm_region_close(r);
+    return 0;
+}
+
+static int do_config(struct opts *o)
+{
+    const ivshm_config_param_t *p;
+    if (o->json)
+        printf("[");
+    else
+        printf("| variable | default | range | meaning |\n"
+               "| --- | --- | --- | --- |\n");
+    for (unsigned i = 0; (p = ivshm_ep_config_param(i)) != NULL; i++) {
+        if (o->json) {
+            printf("%s{\"env\":\"%s\",\"default\":%u,\"min\":%u,"
+                   "\"max\":%u,\"pow2\":%s,\"doc\":",
+                   i ? "," : "", p->env, p->def, p->min, p->max,
+                   p->pow2 ? "true" : "false");
+            jstr(p->doc);
+            printf("}");
+        } else {
+            printf("| `%s` | %u | %u..%u%s | %s |\n", p->env, p->def, p->min,
+                   p->max, p->pow2 ? ", power of two" : "", p->doc);
+        }
+    }
+    if (o->json)
+        printf("]\n");
     return 0;
 }
 
@@ -502,7 +532,7 @@ int main(int argc, char **argv)
         int (*fn)(struct opts *);
     } cmds[] = {{"format", do_format}, {"info", do_info}, {"list", do_list},
                 {"check", do_check},   {"gc", do_gc},
-                {"stat", do_stat}};
+                {"stat", do_stat},     {"config", do_config}};
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         if (strcmp(cmd, cmds[i].name) == 0)
             return help ? cmd_usage(cmd, stdout) : cmds[i].fn(&o);

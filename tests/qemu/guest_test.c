@@ -279,6 +279,12 @@ static int open_dev(int *fd, struct ivshmem_info *info)
         perror("guest_test: /dev/ivshmem0");
         return 1;
     }
+    /* the channels' ordering needs write-back (the driver's default) */
+    if (!(info->flags & IVSHMEM_F_BAR2_WB)) {
+        fprintf(stderr, "guest_test: BAR2 is not mapped write-back (flags "
+                        "0x%x)\n", info->flags);
+        return 1;
+    }
     return 0;
 }
 

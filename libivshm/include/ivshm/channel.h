@@ -35,6 +35,15 @@ typedef struct ivshm_ep_config {
  * IVSHM_CELL_SIZE, IVSHM_FBOX_CELLS, IVSHM_FBOX_THRESHOLD,
  * IVSHM_FBOX_BUDGET, IVSHM_FRAG_COUNT, IVSHM_FRAG_SIZE. */
 void ivshm_ep_config_init(ivshm_ep_config_t *c);
+/* The configuration table: entry i (NULL past the end), for tools and
+ * docs (`ivshm config`). */
+typedef struct ivshm_config_param {
+    const char *env;  /* environment variable */
+    uint32_t def, min, max;
+    int pow2;         /* must be a power of two (or 0 where min is 0) */
+    const char *doc;
+} ivshm_config_param_t;
+const ivshm_config_param_t *ivshm_ep_config_param(unsigned i);
 /* Validates a configuration; names the bad field in ivshm_last_error(). */
 ivshm_status_t ivshm_ep_config_check(const ivshm_ep_config_t *c);
 
