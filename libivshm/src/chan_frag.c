@@ -67,7 +67,10 @@ uint64_t ivshm__frag_lend(ivshm_ep_t *ep, int f, uint32_t idx)
 
 void ivshm__frag_ack(_Atomic uint64_t *done, uint64_t lend)
 {
-    uint64_t cur = atomic_load_explicit(done, memory_order_relaxed);
+    /* the usual case first (acknowledged in order: done == lend - 1), as
+     * one read-for-ownership of the sender's line instead of a read and
+     * then an upgrade */
+    uint64_t cur = lend - 1;
     while ((int64_t)(lend - cur) > 0 &&
            !atomic_compare_exchange_weak_explicit(done, &cur, lend,
                                                   memory_order_release,

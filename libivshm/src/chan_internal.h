@@ -151,10 +151,10 @@ struct peer *ivshm__set_peer(ivshm_ep_t *ep, uint32_t idx,
 /* Has this life of the peer ended (index re-claimed, lease gone)? A lease
  * in doubt is not gone. */
 bool ivshm__peer_gone(ivshm_ep_t *ep, const struct peer *p, uint32_t idx);
-/* The peer that sent a cell of epoch `epoch` from index idx: our record of
- * that life (possibly dead), a newly loaded one, or NULL (*wait: the
- * sender's lease is in doubt, ask again later). */
-struct peer *ivshm__rx_peer(ivshm_ep_t *ep, uint32_t idx, uint32_t epoch,
+/* The peer that sent a cell of epoch `epoch` (CELL_EPOCH) from index idx:
+ * our record of that life (possibly dead), a newly loaded one, or NULL
+ * (*wait: the sender's lease is in doubt, ask again later). */
+struct peer *ivshm__rx_peer(ivshm_ep_t *ep, uint32_t idx, uint16_t epoch,
                            bool *wait);
 void ivshm__peer_died(ivshm_ep_t *ep, uint32_t idx);
 

@@ -107,15 +107,17 @@ struct cell {
     uint32_t pseq;   /* per-pair sequence of pieces */
     uint16_t type;
     uint16_t sender; /* sender's directory index */
-    uint32_t frag;
+    uint16_t frag;   /* fragment index (frag_count <= 4096) */
+    uint16_t epoch;  /* low 16 bits of the sender endpoint's epoch */
     uint64_t offset; /* of this piece in the message */
     uint64_t total;  /* message length */
     uint64_t aux;    /* REGION: region offset of the data; FRAG: lend number */
-    uint32_t epoch;  /* the sender endpoint's directory epoch */
-    uint32_t pad;
 };
-#define CELL_HDR 64u
-_Static_assert(offsetof(struct cell, pad) + 4 == CELL_HDR, "cell header");
+/* 56 bytes: with 128-byte cells an 8-byte message is header and payload
+ * in one line */
+#define CELL_HDR 56u
+_Static_assert(offsetof(struct cell, aux) + 8 == CELL_HDR, "cell header");
+#define CELL_EPOCH(e) ((uint16_t)(e))
 _Static_assert(offsetof(struct cell, claim) == 8, "claim after seq");
 
 /* A FIFO claim names its lap as well as its claimer, so a claim left by an

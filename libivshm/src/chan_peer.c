@@ -183,21 +183,21 @@ bool ivshm__peer_gone(ivshm_ep_t *ep, const struct peer *p, uint32_t idx)
     return ivshm__proc_state(ep->r, p->owner_slot, p->owner_gen) == PROC_GONE;
 }
 
-struct peer *ivshm__rx_peer(ivshm_ep_t *ep, uint32_t idx, uint32_t epoch,
+struct peer *ivshm__rx_peer(ivshm_ep_t *ep, uint32_t idx, uint16_t epoch,
                            bool *wait)
 {
     *wait = false;
     if (idx >= ep->d->max_eps)
         return NULL;
     struct peer *p = ep->peers[idx];
-    if (p && p->valid && p->epoch == epoch)
+    if (p && p->valid && CELL_EPOCH(p->epoch) == epoch)
         return p;
     /* a life we have not met: the current occupant of the index, if the
      * cell is its own */
     struct peer tmp;
     ivshm_status_t st = ivshm__load_peer(ep, idx, 0, &tmp);
     *wait = st == IVSHM_ERR_AGAIN; /* its lease is in doubt: ask again */
-    if (st != IVSHM_OK || tmp.epoch != epoch)
+    if (st != IVSHM_OK || CELL_EPOCH(tmp.epoch) != epoch)
         return NULL;
     return ivshm__set_peer(ep, idx, &tmp);
 }

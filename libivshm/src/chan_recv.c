@@ -28,7 +28,8 @@ bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
     if (expect >= 0) {
         /* a fast box carries its one sender's life only */
         p = ep->peers[expect];
-        if (c.sender != (uint32_t)expect || !p || c.epoch != p->epoch) {
+        if (c.sender != (uint32_t)expect || !p ||
+            c.epoch != CELL_EPOCH(p->epoch)) {
             ivshm__drop(ep);
             return true;
         }

@@ -66,12 +66,11 @@ void ivshm__publish(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
     h.pseq = p->pseq_out++;
     h.type = type;
     h.sender = (uint16_t)ep->index;
-    h.frag = frag;
+    h.frag = (uint16_t)frag;
     h.offset = offset;
     h.total = total;
     h.aux = aux;
-    h.epoch = ep->epoch;
-    h.pad = 0;
+    h.epoch = CELL_EPOCH(ep->epoch);
     memcpy((char *)c + offsetof(struct cell, len),
            (char *)&h + offsetof(struct cell, len),
            CELL_HDR - offsetof(struct cell, len));
