@@ -124,22 +124,6 @@ ivshm_status_t ivshm_free(ivshm_region_t *r, uint64_t off)
     return ivshm__free_tagged(r, off, OWNER_TAG(OWNER_PROC, r->slot, r->gen));
 }
 
-static bool owner_live(ivshm_region_t *r, uint64_t tag, bool *valid)
-{
-    unsigned kind = OWNER_KIND(tag);
-    uint32_t idx = OWNER_IDX(tag);
-    *valid = true;
-    if (kind == OWNER_PROC && idx < r->g.reg_slots)
-        return ivshm__proc_live(r, idx, OWNER_GEN(tag));
-    if (kind == OWNER_JOB && idx < r->g.job_slots) {
-        uint64_t w = atomic_load(&ivshm__jobs(r, idx)->word);
-        return JOB_GEN(w) == OWNER_GEN(tag) &&
-               (JOB_STATE(w) == SLOT_ALIVE || JOB_STATE(w) == SLOT_CLAIMING);
-    }
-    *valid = false;
-    return true; /* a malformed tag is left for `ivshm check` to report */
-}
-
 unsigned ivshm__free_owned_by(ivshm_region_t *r, uint64_t tag)
 {
     unsigned n = 0;
@@ -147,24 +131,6 @@ unsigned ivshm__free_owned_by(ivshm_region_t *r, uint64_t tag)
         struct ivshm_chunk *k = ivshm__chunk(r, c);
         uint64_t t = tag;
         if (atomic_load_explicit(&k->owner, memory_order_relaxed) != tag)
-            continue;
-        atomic_store(&k->run, 0);
-        if (atomic_compare_exchange_strong(&k->owner, &t, 0))
-            n++;
-    }
-    return n;
-}
-
-/* Frees chunks whose owner's lease is gone: allocations that raced with
- * their owner's reclaim, or whose owner died between claim and publish. */
-unsigned ivshm__sweep_orphans(ivshm_region_t *r)
-{
-    unsigned n = 0;
-    for (uint32_t c = 0; c < r->g.chunk_count; c++) {
-        struct ivshm_chunk *k = ivshm__chunk(r, c);
-        uint64_t t = atomic_load(&k->owner);
-        bool valid;
-        if (t == 0 || owner_live(r, t, &valid) || !valid)
             continue;
         atomic_store(&k->run, 0);
         if (atomic_compare_exchange_strong(&k->owner, &t, 0))

@@ -131,13 +131,18 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
 {
     int n = 0;
     uint32_t cells = ep->cfg.fbox_cells;
-    for (uint32_t i = 0; i < ep->nactive && n < budget; i++) {
+    ep->pass_fbox_whole = true;
+    for (uint32_t i = 0; i < ep->nactive; i++) {
+        if (n >= budget) {
+            ep->pass_fbox_whole = false; /* boxes left unread */
+            break;
+        }
         uint32_t idx = ep->active[i];
         struct peer *p = ep->peers[idx];
         if (!p || !p->rx_fbox)
             continue;
         int k = 0;
-        bool drained = false;
+        bool drained = false, waits = false;
         while (n < budget) {
             uint64_t pos = p->rx_fbox_pos;
             struct cell *c = (struct cell *)(p->rx_fbox +
@@ -147,8 +152,10 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
                 drained = true; /* F0 (reader) */
                 break;
             }
-            if (!ivshm__deliver(ep, c, (int)idx, &p->rx_fbox_wait))
-                break; /* its FIFO predecessors first (bounded wait) */
+            if (!ivshm__deliver(ep, c, (int)idx, &p->rx_fbox_wait)) {
+                waits = true; /* its head waits: looked at to the end */
+                break; /* its FIFO predecessors first */
+            }
             p->rx_fbox_wait = 0;
             p->rx_fbox_pos++;
             n++;
@@ -156,6 +163,8 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
             if (!p->rx_fbox)
                 break; /* sender died in the handler's wake */
         }
+        if (!drained && !waits && p->rx_fbox)
+            ep->pass_fbox_whole = false; /* the budget ran out in this box */
         if (p->rx_fbox && p->dead && drained) {
             ivshm__fbox_release(ep, p, idx); /* last active moves to i */
             i--;

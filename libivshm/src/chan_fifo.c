@@ -55,6 +55,28 @@ static bool published(const struct cell *c, uint64_t pos)
     return atomic_load_explicit(&c->seq, memory_order_acquire) == pos + 1;
 }
 
+/* The claimer a parked cell names for this lap, or UINT32_MAX. */
+static uint32_t claimer(ivshm_ep_t *ep, uint64_t pos)
+{
+    uint32_t cw = atomic_load_explicit(&fifo_cell(ep, pos)->claim,
+                                       memory_order_relaxed);
+    uint32_t shift = (uint32_t)__builtin_ctz(ep->g.fifo_cells);
+    uint32_t who = CLAIM_SENDER(cw);
+    if (cw && CLAIM_LAP(cw) == (uint16_t)(pos >> shift) && who < ep->d->max_eps)
+        return who;
+    return UINT32_MAX;
+}
+
+/* Notes, for the gap resolution, who may still publish a parked cell. */
+static void note_unpublished(ivshm_ep_t *ep, uint64_t pos)
+{
+    uint32_t who = claimer(ep, pos);
+    if (who != UINT32_MAX && ep->peers[who])
+        ep->peers[who]->claim_pass = ep->polls;
+    else
+        ep->pass_unknown_claim = true;
+}
+
 /* An unpublished cell parked since pd->first_seen: is its claimer's life
  * over? A claim of this lap names the claimer; without one (the claimer
  * died before naming itself, or a stranger claimed) it is given up after
@@ -64,12 +86,8 @@ static bool claim_abandoned(ivshm_ep_t *ep, const struct pending *pd,
 {
     if (now - pd->first_seen < STUCK_CHECK_NS)
         return false;
-    uint32_t cw = atomic_load_explicit(&fifo_cell(ep, pd->pos)->claim,
-                                       memory_order_relaxed);
-    uint32_t shift = (uint32_t)__builtin_ctz(ep->g.fifo_cells);
-    uint32_t who = CLAIM_SENDER(cw);
-    if (cw && CLAIM_LAP(cw) == (uint16_t)(pd->pos >> shift) &&
-        who < ep->d->max_eps) {
+    uint32_t who = claimer(ep, pd->pos);
+    if (who != UINT32_MAX) {
         uint64_t w = atomic_load(&ep->d->dir[who].word);
         if (DIR_STATE(w) == DIR_READY) {
             enum ivshm_proc_state s =
@@ -89,6 +107,9 @@ int ivshm__fifo_poll(ivshm_ep_t *ep, int budget)
 {
     int n = 0;
     uint64_t now = 0;
+    ep->pass_fifo_whole = false;
+    if (ep->npend > 0 && budget <= 0)
+        return 0;
     /* parked cells first, in position order */
     for (uint32_t i = 0; i < ep->npend && n < budget;) {
         struct pending *pd = &ep->pend[i];
@@ -101,6 +122,8 @@ int ivshm__fifo_poll(ivshm_ep_t *ep, int budget)
             if (!now)
                 now = ivshm__mono_ns();
             done = claim_abandoned(ep, pd, now);
+            if (!done)
+                note_unpublished(ep, pd->pos);
             if (done && published(c, pd->pos)) {
                 /* published after all (then its claimer left): deliver
                  * what can be, in order */
@@ -132,8 +155,11 @@ int ivshm__fifo_poll(ivshm_ep_t *ep, int budget)
             uint64_t h = atomic_load_explicit(&ep->ctl->head,
                                               memory_order_relaxed);
             /* nothing claimed here yet (or a head that lies): done */
-            if ((int64_t)(h - pos) <= 0 || h - pos > ep->g.fifo_cells)
+            if ((int64_t)(h - pos) <= 0 || h - pos > ep->g.fifo_cells) {
+                ep->pass_fifo_whole = true;
                 break;
+            }
+            note_unpublished(ep, pos);
         }
         /* claimed but unpublished, or not its turn: park it */
         if (ep->npend == PENDING_MAX)

@@ -68,6 +68,8 @@ struct peer {
      * gap_pass, and whether the oldest wait is over (resync then) */
     uint32_t gap_low, gap_pass;
     bool gap_due;
+    uint32_t claim_pass; /* progress call that found a cell it claimed
+                          * still unpublished (its gap may yet fill) */
     int rx_fbox_slot;
 };
 
@@ -108,6 +110,10 @@ struct ivshm_ep {
     uint32_t nactive;
     uint32_t *gapped;    /* peers with a gap seen in this progress call */
     uint32_t ngapped;
+    /* what this progress call saw of our queues: a gap is resolved only
+     * when every queue was looked at to its end and no unpublished cell
+     * of an unknown claimer is parked (the missing piece is not there) */
+    bool pass_fifo_whole, pass_fbox_whole, pass_unknown_claim;
     /* consumer state */
     uint64_t rx_pos;
     uint64_t tail_published;

@@ -53,12 +53,13 @@ bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
     }
     int32_t d = seq_diff(c.pseq, p->pseq_in);
     if (d > 0) {
-        /* from the future: legal only within what our queues can hold,
-         * never from a gone sender (the gap will not fill), and only for a
-         * while: then the missing pieces count as lost and the pair
-         * resynchronises, so one lost piece never jams the queue */
-        if (p->dead ||
-            (uint32_t)d > ep->g.fifo_cells + ep->cfg.fbox_cells + PENDING_MAX) {
+        /* from the future: legal only within what our queues can hold.
+         * It waits for its predecessor, which may sit in our other queue
+         * (also for a sender that has left: the queues are read in turns);
+         * a predecessor that is provably not in our queues counts as lost
+         * and the pair resynchronises (end of ivshm_ep_progress), so one
+         * lost piece never jams the queue */
+        if ((uint32_t)d > ep->g.fifo_cells + ep->cfg.fbox_cells + PENDING_MAX) {
             ivshm__drop(ep);
             return true;
         }
@@ -191,10 +192,16 @@ int ivshm_ep_progress(ivshm_ep_t *ep)
         n = ivshm__fifo_poll(ep, budget);
         n += ivshm__fbox_poll(ep, budget - n);
     }
-    /* gaps that waited long enough: the pieces in between are lost */
-    for (uint32_t i = 0; i < ep->ngapped; i++) {
+    /* gaps that waited long enough, where this call looked at every queue
+     * to its end and no cell the sender (or an unknown claimer) may still
+     * publish is parked: the pieces in between are lost */
+    bool whole = ep->pass_fifo_whole && ep->pass_fbox_whole &&
+                 !ep->pass_unknown_claim;
+    ep->pass_unknown_claim = false;
+    for (uint32_t i = 0; i < ep->ngapped && whole; i++) {
         struct peer *p = ep->peers[ep->gapped[i]];
         if (p && p->gap_pass == ep->polls && p->gap_due &&
+            p->claim_pass != ep->polls &&
             seq_diff(p->gap_low, p->pseq_in) > 0) {
             BUMP(ep, invalid, (uint64_t)seq_diff(p->gap_low, p->pseq_in));
             p->pseq_in = p->gap_low;

@@ -249,6 +249,8 @@ enum ivshm_proc_state ivshm__proc_state(ivshm_region_t *r, uint32_t idx,
                                         uint32_t gen);
 /* not provably gone (live or in doubt) */
 bool ivshm__proc_live(ivshm_region_t *r, uint32_t idx, uint32_t gen);
+/* Claims a free registry slot for this process (reclaim.c's attach). */
+ivshm_status_t ivshm__try_claim(ivshm_region_t *r);
 /* IVSHM_OK while this process still holds its lease; IVSHM_ERR_LEASE_LOST
  * (once reported, then sticky) after a reclaim took it: from then on the
  * process must not touch region memory it owned. One load when held. */
@@ -259,7 +261,6 @@ ivshm_status_t ivshm__require_attached(const ivshm_region_t *r);
 ivshm_status_t ivshm__alloc_owned(ivshm_region_t *r, uint64_t tag,
                                   uint64_t size, uint64_t *off);
 unsigned ivshm__free_owned_by(ivshm_region_t *r, uint64_t tag);
-unsigned ivshm__sweep_orphans(ivshm_region_t *r);
 ivshm_status_t ivshm__free_tagged(ivshm_region_t *r, uint64_t off,
                                   uint64_t tag);
 /* Does owner tag hold every chunk of [off, off+len) (len > 0 or one

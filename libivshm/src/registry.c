@@ -1,12 +1,10 @@
 /*
  * The registry: one slot per attached process, each a lease made of a
- * generation-tagged state word and a heartbeat. Reclaim takes a slot only by
- * CAS on (generation, ALIVE), so a slow owner learns on its next renew that
- * it lost the lease instead of corrupting a successor.
- *
- * Liveness: a slot of this VM is dead when its pid is gone (or reused);
- * a slot of another VM is dead when its heartbeat is older than the
- * region's lease timeout (another VM's pids mean nothing here).
+ * generation-tagged state word and a heartbeat: claiming a slot, renewing
+ * and checking one's own lease, the state of another's, identity and
+ * co-residency. Taking slots of dead processes back is reclaim.c's (it
+ * calls in here, never the other way), so a slow owner learns on its next
+ * renew that it lost the lease instead of corrupting a successor.
  */
 #include "internal.h"
 
@@ -109,7 +107,7 @@ static void describe_self(struct self_desc *d)
     memcpy(d->comm, comm, strnlen(comm, sizeof(d->comm) - 1));
 }
 
-static ivshm_status_t try_claim(ivshm_region_t *r)
+ivshm_status_t ivshm__try_claim(ivshm_region_t *r)
 {
     struct self_desc d;
     describe_self(&d);
@@ -149,66 +147,6 @@ static ivshm_status_t try_claim(ivshm_region_t *r)
         return IVSHM_OK;
     }
     return IVSHM_ERR_REGISTRY_FULL;
-}
-
-ivshm_status_t ivshm_attach(ivshm_region_t *r)
-{
-    if (r->attached)
-        return IVSHM_OK;
-    if (!r->valid || r->rdonly)
-        return ivshm__fail(IVSHM_ERR_INVAL,
-                           "cannot attach to an invalid or read-only region");
-    if (try_claim(r) == IVSHM_OK)
-        return IVSHM_OK;
-    ivshm_gc(r, NULL);
-    if (try_claim(r) == IVSHM_OK)
-        return IVSHM_OK;
-    return ivshm__fail(IVSHM_ERR_REGISTRY_FULL,
-                       "all %u registry slots of %s hold live leases; end "
-                       "idle processes, run 'ivshm gc', or reformat with "
-                       "more --procs",
-                       r->g.reg_slots, r->uri);
-}
-
-/* Frees what the slot owns and releases it with a new generation. Caller
- * holds the slot in RECLAIMING (or is its owner in ALIVE). */
-static unsigned release_slot(ivshm_region_t *r, uint32_t i, uint32_t gen)
-{
-    struct ivshm_reg_slot *s = ivshm__reg(r, i);
-    unsigned freed = ivshm__free_owned_by(r, OWNER_TAG(OWNER_PROC, i, gen));
-    for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
-        atomic_store(&s->jobs[k], 0);
-    s->pid = 0;
-    s->vm_id = 0;
-    s->start_time = 0;
-    atomic_store(&s->heartbeat_ns, 0);
-    /* R2: free with a new generation; stale CASes by the old owner fail. */
-    atomic_store_explicit(&s->word, SLOT_WORD(gen + 1, SLOT_FREE),
-                          memory_order_release);
-    return freed;
-}
-
-ivshm_status_t ivshm_detach(ivshm_region_t *r)
-{
-    if (!r->attached)
-        return IVSHM_OK;
-    if (r->hb_running) {
-        atomic_store(&r->hb_stop, true);
-        pthread_join(r->hb_thread, NULL);
-        r->hb_running = false;
-    }
-    struct ivshm_reg_slot *s = ivshm__reg(r, r->slot);
-    uint64_t w = SLOT_WORD(r->gen, SLOT_ALIVE);
-    r->attached = false;
-    if (!atomic_compare_exchange_strong(&s->word, &w,
-                                        SLOT_WORD(r->gen, SLOT_RECLAIMING)))
-        return ivshm__fail(IVSHM_ERR_LEASE_LOST,
-                           "registry slot %u was reclaimed before detach",
-                           r->slot);
-    release_slot(r, r->slot, r->gen);
-    unsigned chunks = 0;
-    ivshm__job_gc(r, &chunks); /* our job may have lost its last member */
-    return IVSHM_OK;
 }
 
 ivshm_status_t ivshm_lease_renew(ivshm_region_t *r)
@@ -269,93 +207,6 @@ ivshm_status_t ivshm_lease_start_thread(ivshm_region_t *r)
         return ivshm__fail(IVSHM_ERR_SYS, "cannot start heartbeat thread: %s",
                            strerror(e));
     r->hb_running = true;
-    return IVSHM_OK;
-}
-
-/* Decides whether a slot may be reclaimed; see file comment. The identity
- * fields (vm_id, pid, start_time) are only complete once ALIVE is
- * published, so a CLAIMING slot expires by timeout alone. *by_pid says the
- * decision rests on this VM's pid table (no heartbeat re-check needed). */
-static bool lease_dead(ivshm_region_t *r, struct ivshm_reg_slot *s,
-                       unsigned state, uint64_t now, uint64_t timeout_ns,
-                       bool *by_pid)
-{
-    *by_pid = false;
-    uint64_t hb = atomic_load_explicit(&s->heartbeat_ns, memory_order_acquire);
-    if (hb == 0) {
-        /* Claimed but not yet stamped: start the clock now so that a
-         * claimer that died here expires one timeout later. */
-        uint64_t zero = 0;
-        atomic_compare_exchange_strong(&s->heartbeat_ns, &zero, now);
-        return false;
-    }
-    /* read once: another VM may rewrite them while we decide */
-    uint64_t vm = s->vm_id, start = s->start_time;
-    uint32_t pid = s->pid;
-    if (state == SLOT_ALIVE && vm == r->vm_id && pid != 0 && pid <= INT32_MAX) {
-        *by_pid = true;
-        return ivshm__pid_dead(pid, start);
-    }
-    return now > hb && now - hb > timeout_ns;
-}
-
-static unsigned reclaim_procs(ivshm_region_t *r, unsigned *chunks)
-{
-    unsigned n = 0;
-    uint64_t timeout_ns = (uint64_t)r->g.lease_timeout_ms * 1000000ull;
-    for (uint32_t i = 0; i < r->g.reg_slots; i++) {
-        struct ivshm_reg_slot *s = ivshm__reg(r, i);
-        uint64_t w = atomic_load(&s->word);
-        unsigned st = SLOT_STATE(w);
-        uint32_t gen = SLOT_GEN(w);
-        uint64_t now = ivshm__now_ns();
-        if (r->attached && i == r->slot)
-            continue;
-        if (st == SLOT_RECLAIMING) {
-            /* a reclaimer that died mid-way: finish after two timeouts */
-            uint64_t hb = atomic_load(&s->heartbeat_ns);
-            if (hb && now > hb && now - hb > 2 * timeout_ns &&
-                atomic_compare_exchange_strong(
-                    &s->word, &w, SLOT_WORD(gen + 1, SLOT_RECLAIMING))) {
-                *chunks += release_slot(r, i, gen);
-                n++;
-            }
-            continue;
-        }
-        if (st != SLOT_ALIVE && st != SLOT_CLAIMING)
-            continue;
-        bool by_pid;
-        if (!lease_dead(r, s, st, now, timeout_ns, &by_pid))
-            continue;
-        if (!atomic_compare_exchange_strong(&s->word, &w,
-                                            SLOT_WORD(gen, SLOT_RECLAIMING)))
-            continue;
-        /* L1: re-read the heartbeat after our claim; see L0. */
-        uint64_t hb = atomic_load(&s->heartbeat_ns);
-        now = ivshm__now_ns();
-        if (!by_pid && hb > now - timeout_ns) {
-            uint64_t mine = SLOT_WORD(gen, SLOT_RECLAIMING);
-            atomic_compare_exchange_strong(&s->word, &mine, w);
-            continue;
-        }
-        *chunks += release_slot(r, i, gen);
-        atomic_fetch_add(&ivshm__hdr(r)->reclaims, 1);
-        n++;
-    }
-    return n;
-}
-
-ivshm_status_t ivshm_gc(ivshm_region_t *r, ivshm_gc_stats_t *stats)
-{
-    if (!r->valid || r->rdonly)
-        return ivshm__fail(IVSHM_ERR_INVAL,
-                           "cannot collect on an invalid or read-only region");
-    ivshm_gc_stats_t local = {0};
-    local.procs_reclaimed = reclaim_procs(r, &local.chunks_freed);
-    local.jobs_reclaimed = ivshm__job_gc(r, &local.chunks_freed);
-    local.chunks_freed += ivshm__sweep_orphans(r);
-    if (stats)
-        *stats = local;
     return IVSHM_OK;
 }
 

@@ -734,6 +734,73 @@ static void test_range_straddles(void **state)
     view_close(&va);
 }
 
+/* ---- one-sided reads of a peer's buffer (the MPI RGET path) ---- */
+
+/* B reads A's region buffer by offset, as ob1's RGET does through the
+ * BTL. A is killed after announcing it and its chunks go to a new owner:
+ * B's check before the copy refuses the handle, and a copy that was under
+ * way when A died is reported by the check after it. */
+static void test_owner_dies_during_get(void **state)
+{
+    (void)state;
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t a = fork();
+    if (a == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        struct view v;
+        view_open(&v, "rget");
+        struct sink s;
+        make_ep(&v, 1, NULL, &s);
+        ivshm_region_info_t ri;
+        ivshm_region_info(v.r, &ri);
+        uint64_t off;
+        if (ivshm_alloc(v.r, 4 * ri.chunk_size, &off) != IVSHM_OK)
+            _exit(9);
+        memset((char *)ivshm_region_base(v.r) + off, 0xaa, 4 * ri.chunk_size);
+        if (write(ready[1], &off, sizeof(off)) != sizeof(off))
+            _exit(9);
+        for (;;)
+            pause();
+    }
+    uint64_t off;
+    assert_int_equal(read(ready[0], &off, sizeof(off)), sizeof(off));
+    struct view b;
+    view_open(&b, "rget");
+    struct sink s;
+    ivshm_ep_t *ep = make_ep(&b, 0, NULL, &s);
+    ivshm_region_info_t ri;
+    ivshm_region_info(b.r, &ri);
+    uint64_t len = 4 * ri.chunk_size;
+    uint8_t addr[IVSHM_EP_ADDR_SIZE];
+    uint32_t pa;
+    assert_int_equal(ivshm_domain_address(b.d, 1, addr), IVSHM_OK);
+    assert_int_equal(ivshm_ep_connect(ep, addr, sizeof(addr), &pa), IVSHM_OK);
+    /* a live owner's own buffer: readable; a range past it: refused */
+    assert_int_equal(ivshm_ep_peer_holds(ep, pa, off, len), IVSHM_OK);
+    assert_int_equal(ivshm_ep_peer_holds(ep, pa, off, len + ri.chunk_size),
+                     IVSHM_ERR_INVAL);
+    assert_int_equal(ivshm_ep_peer_alive(ep, pa), IVSHM_OK);
+    /* the owner dies mid-transfer; a new process gets its chunks */
+    kill(a, SIGKILL);
+    waitpid(a, NULL, 0);
+    assert_int_equal(ivshm_gc(b.r, NULL), IVSHM_OK);
+    struct view c;
+    view_open(&c, "rget-other");
+    uint64_t reuse;
+    unsigned mine = 0;
+    while (ivshm_alloc(c.r, ri.chunk_size, &reuse) == IVSHM_OK) {
+        memset((char *)ivshm_region_base(c.r) + reuse, 0x55, ri.chunk_size);
+        mine += reuse >= off && reuse < off + len;
+    }
+    assert_int_equal(mine, 4); /* every chunk of A's buffer is C's now */
+    assert_int_equal(ivshm_ep_peer_alive(ep, pa), IVSHM_ERR_PEER_DEAD);
+    assert_int_equal(ivshm_ep_peer_holds(ep, pa, off, len), IVSHM_ERR_PEER_DEAD);
+    ivshm_ep_destroy(ep);
+    view_close(&c);
+    view_close(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -757,6 +824,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_range_straddles, setup_long,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_owner_dies_during_get,
+                                        setup_long, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
