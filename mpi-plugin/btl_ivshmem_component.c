@@ -254,6 +254,11 @@ int mca_btl_ivshmem_setup(void)
         return step_aside(st, "cannot open the region");
     if ((st = ivshm_attach(c->r)) != IVSHM_OK)
         return step_aside(st, "cannot attach to the region");
+    /* an unplugged device (SIGBUS on the next access) ends the rank with
+     * one message naming the region, not an unexplained crash */
+    if ((st = ivshm_region_guard(c->r)) != IVSHM_OK)
+        opal_output_verbose(1, c->output, "btl ivshmem: no SIGBUS guard: %s",
+                            ivshm_last_error());
     /* a rank may compute for minutes without calling MPI: keep the lease */
     if ((st = ivshm_lease_start_thread(c->r)) != IVSHM_OK)
         return step_aside(st, "cannot start the lease heartbeat");

@@ -159,6 +159,7 @@ struct ivshm_region {
     uint64_t vm_id;
     _Atomic uint64_t last_renew_ns; /* monotonic; rate-limits renew */
     _Atomic bool lease_lost; /* set once: the slot was reclaimed */
+    int guard_slot;          /* guard.c: 1 + its SIGBUS guard, 0: none */
     pthread_t hb_thread;
     bool hb_running;
     _Atomic bool hb_stop;
@@ -183,6 +184,9 @@ const char *ivshm__provider_memtype(const struct ivshm_provider *p, int fd);
 struct ivshmem_info;
 ivshm_status_t ivshm__dev_info(int fd, const char *path,
                                struct ivshmem_info *info);
+
+/* guard.c */
+void ivshm__guard_release(ivshm_region_t *r);
 
 /* status.c */
 ivshm_status_t ivshm__fail(ivshm_status_t st, const char *fmt, ...)

@@ -213,6 +213,7 @@ err_free:
 
 static void unmap_region(ivshm_region_t *r)
 {
+    ivshm__guard_release(r);
     if (r->base)
         munmap(r->base, r->map_size);
     if (r->fd >= 0)

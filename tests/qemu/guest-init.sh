@@ -58,20 +58,32 @@ rmmod_checks() {
     check reinsmod insmod /ivshmem.ko
 }
 
-# the device goes away (unbind = what hot-unplug does to the driver) under a
-# process that has it mapped and sleeps in read()
-unplug_checks() {
-    dev=$(basename "$(readlink /sys/class/ivshmem/ivshmem0/device)")
-    /guest_test unplug-victim > /tmp/victim 2>&1 &
+# unplug_under DEV CMD: runs guest_test CMD, unbinds DEV under it (what
+# hot-unplug does to the driver), prints its output (kept in /tmp/CMD) and
+# sets rc to its exit status
+unplug_under() {
+    /guest_test "$2" > "/tmp/$2" 2>&1 &
     victim=$!
     sleep 1
-    echo "$dev" > /sys/bus/pci/drivers/ivshmem/unbind
+    echo "$1" > /sys/bus/pci/drivers/ivshmem/unbind
     wait $victim; rc=$?
-    sed 's/^/    /' /tmp/victim
+    sed 's/^/    /' "/tmp/$2"
+}
+# the device goes away under a process that has it mapped and sleeps in
+# read(), then under a libivshm user with the region guard
+unplug_checks() {
+    dev=$(basename "$(readlink /sys/class/ivshmem/ivshmem0/device)")
+    unplug_under "$dev" unplug-victim
     same unplug-wakes-and-revokes 0 "$rc"
     same unplug-chardev-gone no "$( [ -e /dev/ivshmem0 ] && echo yes || echo no )"
     echo "$dev" > /sys/bus/pci/drivers/ivshmem/bind
     check rebind-after-unplug /guest_test probe dev:auto
+    # a libivshm user with the region guard: one message, exit 75, no crash
+    unplug_under "$dev" unplug-guarded
+    same unplug-guard-exit 75 "$rc"
+    same unplug-guard-message yes "$(grep -q 'ivshmem device removed' /tmp/unplug-guarded && echo yes)"
+    echo "$dev" > /sys/bus/pci/drivers/ivshmem/bind
+    check rebind-after-guarded-unplug /guest_test probe dev:auto
 }
 
 echo "IVT-BOOT role=$ivt_role kernel=$(uname -r)"

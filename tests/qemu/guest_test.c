@@ -16,6 +16,9 @@
  *   hold-map SECONDS     keep /dev/ivshmem0 mapped (for the rmmod check)
  *   unplug-victim        map the device, block in read(), and report what
  *                        the process sees once the device is unbound
+ *   unplug-guarded       open dev:auto through libivshm with the region
+ *                        guard, wait until the device is gone, touch the
+ *                        region: the guard ends us (IVSHM_EXIT_REGION_GONE)
  */
 #include <ivshm/channel.h>
 #include <ivshm/ivshm.h>
@@ -426,6 +429,26 @@ static int cmd_unplug_victim(void)
     return n < 0 && err == ENODEV ? 0 : 1;
 }
 
+static int cmd_unplug_guarded(void)
+{
+    ivshm_region_t *r;
+    ivshm_status_t st = ivshm_region_open("dev:auto", 0, &r);
+    if (st != IVSHM_OK)
+        return die(st, "unplug-guarded: open");
+    if ((st = ivshm_region_guard(r)) != IVSHM_OK)
+        return die(st, "unplug-guarded: guard");
+    volatile unsigned char *p = ivshm_region_base(r);
+    printf("unplug-guarded: mapped and guarded\n");
+    fflush(stdout);
+    for (int i = 0; i < 400 && access("/dev/ivshmem0", F_OK) == 0; i++)
+        usleep(25 * 1000);
+    printf("unplug-guarded: the device is gone; touching the region\n");
+    fflush(stdout);
+    p[64] = p[64] + 1; /* revoked: SIGBUS, the guard's exit */
+    printf("unplug-guarded: the region is still mapped after the unplug\n");
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     const char *cmd = argc > 1 ? argv[1] : "";
@@ -446,6 +469,8 @@ int main(int argc, char **argv)
         return cmd_raw_ring();
     if (!strcmp(cmd, "unplug-victim"))
         return cmd_unplug_victim();
+    if (!strcmp(cmd, "unplug-guarded"))
+        return cmd_unplug_guarded();
     if (!strcmp(cmd, "hold-map") && argc == 3)
         return cmd_hold_map(n);
     fprintf(stderr, "usage: see the comment at the top of guest_test.c\n");

@@ -13,6 +13,7 @@
 #include "../testutil.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 static char path[256];
@@ -472,6 +473,61 @@ static void make_dev(const char *root, const char *addr, const char *vendor,
     close(fd);
 }
 
+/* The device goes away under a guarded mapping (here: the backing file is
+ * truncated, so the next access raises SIGBUS, as a revoked BAR mapping
+ * does): one message naming the region, exit IVSHM_EXIT_REGION_GONE. A
+ * SIGBUS elsewhere keeps its default action. */
+static int guarded_child(const char *p, bool in_region)
+{
+    int err[2];
+    if (pipe(err) != 0)
+        return -1;
+    pid_t c = fork();
+    if (c == 0) {
+        dup2(err[1], STDERR_FILENO);
+        signal(SIGBUS, SIG_DFL); /* cmocka's own handler is not the default */
+        ivshm_region_t *r;
+        if (ivshm_region_open(tu_uri(p), 0, &r) != IVSHM_OK ||
+            ivshm_region_guard(r) != IVSHM_OK)
+            _exit(2);
+        volatile char *at = (char *)ivshm_region_base(r) + 8192;
+        char other[] = "/dev/shm/ivshm-guard-other-XXXXXX";
+        if (!in_region) {
+            int fd = mkstemp(other);
+            if (fd < 0 || ftruncate(fd, 8192) != 0)
+                _exit(3);
+            at = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (at == MAP_FAILED || ftruncate(fd, 0) != 0)
+                _exit(3);
+            unlink(other);
+        } else if (truncate(p, 0) != 0) {
+            _exit(3);
+        }
+        at[100] = 1; /* SIGBUS */
+        _exit(4);
+    }
+    close(err[1]);
+    char buf[512] = "";
+    ssize_t n = read(err[0], buf, sizeof(buf) - 1);
+    buf[n > 0 ? n : 0] = '\0';
+    close(err[0]);
+    int ws;
+    waitpid(c, &ws, 0);
+    if (in_region)
+        return WIFEXITED(ws) && WEXITSTATUS(ws) == IVSHM_EXIT_REGION_GONE &&
+               strstr(buf, "ivshmem device removed") && strstr(buf, p);
+    return WIFSIGNALED(ws) && WTERMSIG(ws) == SIGBUS && buf[0] == '\0';
+}
+
+static void test_guard_device_gone(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_format(path, 8 << 20, 0, 0), IVSHM_OK);
+    assert_true(guarded_child(path, false));
+    assert_int_equal(tu_format(path, 8 << 20, 0, 0), IVSHM_OK);
+    assert_true(guarded_child(path, true));
+}
+
 static void test_pci_provider(void **state)
 {
     (void)state;
@@ -573,6 +629,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lease_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_heartbeat_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pci_provider, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_guard_device_gone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_finds_damage, setup, teardown),
         cmocka_unit_test(test_strerror),
     };

@@ -99,6 +99,13 @@ void ivshm_region_uuid(const ivshm_region_t *r, uint8_t uuid[16]);
 /* Base of the mapping: for channels and benchmarks that place data in
  * areas they own; offsets handed between processes are always checked. */
 void *ivshm_region_base(const ivshm_region_t *r);
+/* Guards the mapping against the device going away (hot-unplug, a
+ * truncated file): an access then raises SIGBUS, which the guard turns into
+ * one message on stderr naming the region and the cause, and _exit with
+ * IVSHM_EXIT_REGION_GONE. Other SIGBUS faults go to the handler installed
+ * before. Up to 8 regions per process; released by ivshm_region_close. */
+#define IVSHM_EXIT_REGION_GONE 75
+ivshm_status_t ivshm_region_guard(ivshm_region_t *r);
 /* The memory type of the mapping, in words (`ivshm info` prints it): the
  * channels need write-back or uncached memory, never write-combined. */
 const char *ivshm_region_memtype(const ivshm_region_t *r);
