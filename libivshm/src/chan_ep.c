@@ -19,7 +19,8 @@
 
 #define GRACE_NS 1000000ull   /* the first wait's bound (see send: N0) */
 #define WAIT_RECHECK_NS 100000000ull /* a blocked wait looks again (100 ms) */
-#define DESTROY_GRACE_MS 2    /* senders mid-send finish before the free */
+/* senders mid-send finish before the free (2 ms; the fuzzer sets 0) */
+long ivshm__destroy_grace_ns = 2000000L;
 
 static void ep_free_local(ivshm_ep_t *ep)
 {
@@ -199,8 +200,9 @@ void ivshm_ep_destroy(ivshm_ep_t *ep)
         /* a sender checks our life before each write: one that checked
          * just before the change finishes its write before the memory can
          * be someone else's (the window is documented in channels.md) */
-        struct timespec ts = {0, DESTROY_GRACE_MS * 1000000L};
-        nanosleep(&ts, NULL);
+        struct timespec ts = {0, ivshm__destroy_grace_ns};
+        if (ts.tv_nsec > 0)
+            nanosleep(&ts, NULL);
         for (uint32_t i = 0; i < ep->nbanks; i++)
             ivshm_free(r, ep->banks[i].off);
         ivshm_free(r, ep->ctl_off);

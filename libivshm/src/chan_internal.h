@@ -202,6 +202,7 @@ void ivshm__publish(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
                     uint32_t frag, uint64_t aux);
 
 /* chan_ep.c */
+extern long ivshm__destroy_grace_ns; /* wait between free entry and free */
 /* The polling wait every endpoint without a doorbell uses. */
 ivshm_status_t ivshm__poll_wait(void *ctx, const volatile uint64_t *word,
                                 uint64_t seen, uint64_t timeout_ns);

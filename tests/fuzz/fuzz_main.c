@@ -1,8 +1,9 @@
 /*
- * Standalone driver for the region fuzz target, for builds without
- * libFuzzer: replays every file given (or found in given directories), then
- * runs random byte mutations of them for a bounded number of rounds.
- *   fuzz_region [--rounds N] [--seed S] [--write-seeds DIR] PATH...
+ * Standalone driver for the fuzz targets (fuzz_region, fuzz_chan), for
+ * builds without libFuzzer: replays every file given (or found in given
+ * directories), then runs random byte mutations of them for a bounded
+ * number of rounds.
+ *   fuzz_TARGET [--rounds N] [--seed S] [--write-seeds DIR] PATH...
  */
 #include <dirent.h>
 #include <stdint.h>
@@ -67,7 +68,7 @@ int main(int argc, char **argv)
             load(argv[i]);
     }
     if (ninputs == 0) {
-        fprintf(stderr, "fuzz_region: no inputs\n");
+        fprintf(stderr, "%s: no inputs\n", argv[0]);
         return 2;
     }
     for (int i = 0; i < ninputs; i++)
@@ -92,7 +93,7 @@ int main(int argc, char **argv)
         LLVMFuzzerTestOneInput(buf, in->n);
     }
     free(buf);
-    printf("fuzz_region: %d seeds and %ld mutations ran without a crash\n",
+    printf("%s: %d seeds and %ld mutations ran without a crash\n", argv[0],
            ninputs, rounds);
     return 0;
 }

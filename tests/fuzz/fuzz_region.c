@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE 1
 #include "internal.h"
+#include "fuzz_setup.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,18 +29,7 @@ static void init_once(void)
 {
     if (pristine)
         return;
-    int fd = memfd_create("ivshm-fuzz", 0);
-    if (fd < 0 || ftruncate(fd, FUZZ_REGION_SIZE) < 0)
-        abort();
-    snprintf(uri, sizeof(uri), "file:/proc/self/fd/%d", fd);
-    ivshm_format_opts_t o;
-    ivshm_format_opts_init(&o);
-    o.chunk_size = 4096;
-    o.reg_slots = 8;
-    o.job_slots = 4;
-    o.lease_timeout_ms = 100;
-    if (ivshm_format(uri, &o) != IVSHM_OK)
-        abort();
+    int fd = fuzz_format_memfd(FUZZ_REGION_SIZE, uri, sizeof(uri), 100);
     live = mmap(NULL, FUZZ_REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
                 fd, 0);
     if (live == MAP_FAILED)
