@@ -125,8 +125,9 @@ static bool lease_dead(ivshm_region_t *r, struct ivshm_reg_slot *s,
         return false;
     }
     /* read once: another VM may rewrite them while we decide */
-    uint64_t vm = s->vm_id, start = s->start_time;
-    uint32_t pid = s->pid;
+    uint64_t vm = __atomic_load_n(&s->vm_id, __ATOMIC_RELAXED);
+    uint64_t start = __atomic_load_n(&s->start_time, __ATOMIC_RELAXED);
+    uint32_t pid = __atomic_load_n(&s->pid, __ATOMIC_RELAXED);
     if (state == SLOT_ALIVE && vm == r->vm_id && pid != 0 && pid <= INT32_MAX) {
         *by_pid = true;
         return ivshm__pid_dead(pid, start);
