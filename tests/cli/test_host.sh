@@ -2,7 +2,8 @@
 # ivshm-host, the admin's set-up tool: create (power-of-two size, owner,
 # mode, hugetlbfs check), the QEMU arguments it prints (fed to a real QEMU
 # when one is installed), libvirt XML, and check-libvirt on good and bad
-# domain definitions.
+# domain definitions; the ivshm-server@ systemd unit passes
+# systemd-analyze verify (where systemd is installed).
 set -u
 b=${top_builddir:-.}
 HOST="$b/qemu-config/ivshm-host"
@@ -88,6 +89,23 @@ contains "not a valid libivshm region"
 echo "<domain" > /tmp/$N.xml
 expect 1 "check-libvirt: bad XML" "$HOST" check-libvirt /tmp/$N.xml
 contains "not valid XML"
+
+# the systemd unit as installed, its ExecStart pointed at the built server
+if command -v systemd-analyze >/dev/null 2>&1; then
+    units=$(mktemp -d)
+    sed "s|^ExecStart=[^ ]*ivshm-server |ExecStart=$(cd "$b" && pwd)/qemu-config/ivshm-server |" \
+        "$b/qemu-config/ivshm-server@.service" >"$units/ivshm-server@test.service"
+    expect 0 "systemd-analyze verify ivshm-server@.service" \
+        systemd-analyze verify --man=no "$units/ivshm-server@test.service"
+    if [ -s "$out" ]; then bad "systemd-analyze warns:"; cat "$out"; else ok; fi
+    # a broken unit is caught (the check can fail)
+    printf '[Service]\nExecStart=not-a-path\n' >"$units/broken@test.service"
+    expect 1 "systemd-analyze rejects a broken unit" \
+        systemd-analyze verify --man=no "$units/broken@test.service"
+    rm -rf "$units"
+else
+    echo "note: no systemd-analyze; the unit was not verified"
+fi
 
 echo "test_host: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
