@@ -57,9 +57,11 @@ void ivshm__random(void *buf, size_t n)
     }
 }
 
-uint64_t ivshm__proc_start_time(pid_t pid)
+/* State (field 3) and start time (field 22) of pid from /proc; 0 if gone. */
+static uint64_t read_stat(pid_t pid, char *state)
 {
     char path[64], buf[1024];
+    *state = '?';
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -73,6 +75,8 @@ uint64_t ivshm__proc_start_time(pid_t pid)
     char *p = strrchr(buf, ')');
     if (!p)
         return 0;
+    if (p[1] == ' ' && p[2])
+        *state = p[2];
     /* starttime is field 22; after ')' we are at field 3 */
     int field = 2;
     for (; *p && field < 22; p++)
@@ -81,15 +85,26 @@ uint64_t ivshm__proc_start_time(pid_t pid)
     return strtoull(p, NULL, 10);
 }
 
+uint64_t ivshm__proc_start_time(pid_t pid)
+{
+    char state;
+    return read_stat(pid, &state);
+}
+
 bool ivshm__pid_dead(uint32_t pid, uint64_t start_time)
 {
     if (pid == 0)
         return false;
     if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
         return true;
-    uint64_t st = ivshm__proc_start_time((pid_t)pid);
+    char state;
+    uint64_t st = read_stat((pid_t)pid, &state);
     /* a different start time means the pid was reused: the owner is gone */
-    return st != 0 && start_time != 0 && st != start_time;
+    if (st != 0 && start_time != 0 && st != start_time)
+        return true;
+    /* a zombie (exited, not yet reaped by its parent) maps nothing: it is
+     * dead for the region, though its pid still answers kill(0) */
+    return st != 0 && (state == 'Z' || state == 'X');
 }
 
 void ivshm__cpu_relax(void)

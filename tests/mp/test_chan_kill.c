@@ -202,8 +202,23 @@ static void report(void *arg, ivshm_status_t st, const char *msg)
     ++*(int *)arg;
 }
 
+static const char *hung_step;
+static void on_alarm(int sig)
+{
+    (void)sig;
+    char msg[128];
+    int n = snprintf(msg, sizeof(msg), "kill at %s: no progress in 120 s\n",
+                     hung_step);
+    if (write(STDERR_FILENO, msg, (size_t)n) < 0)
+        _exit(3);
+    _exit(3); /* a hang fails the test instead of stalling the suite */
+}
+
 static void kill_at(const char *step)
 {
+    hung_step = step;
+    signal(SIGALRM, on_alarm);
+    alarm(120);
     tu_region_path(path, sizeof(path), "kill");
     assert_int_equal(tu_format(path, 64 << 20, 64, 300), IVSHM_OK);
     struct proc r;
@@ -293,6 +308,7 @@ static void kill_at(const char *step)
     tr_rx_free(&r.rx);
     tr_rx_free(&r.rx_new);
     unlink(path);
+    alarm(0);
 }
 
 #define STEP_TEST(name)                                                      \

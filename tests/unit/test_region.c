@@ -519,6 +519,37 @@ static int guarded_child(const char *p, bool in_region)
     return WIFSIGNALED(ws) && WTERMSIG(ws) == SIGBUS && buf[0] == '\0';
 }
 
+/* A process that exited but is not reaped yet (a zombie) maps nothing: gc
+ * reclaims its lease at once, as for a process that is gone. */
+static void test_zombie_is_dead(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_format(path, 8 << 20, 0, 0), IVSHM_OK);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t c = fork();
+    if (c == 0) {
+        ivshm_region_t *r;
+        if (ivshm_region_open(tu_uri(path), 0, &r) != IVSHM_OK ||
+            ivshm_attach(r) != IVSHM_OK)
+            _exit(2);
+        _exit(write(ready[1], "a", 1) == 1 ? 0 : 3); /* no detach */
+    }
+    char x;
+    assert_int_equal(read(ready[0], &x, 1), 1);
+    usleep(100 * 1000); /* exited, not reaped */
+    ivshm_region_t *r;
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &r), IVSHM_OK);
+    ivshm_gc_stats_t gs;
+    assert_int_equal(ivshm_gc(r, &gs), IVSHM_OK);
+    assert_int_equal(gs.procs_reclaimed, 1);
+    ivshm_region_close(r);
+    int ws;
+    assert_int_equal(waitpid(c, &ws, 0), c);
+    close(ready[0]);
+    close(ready[1]);
+}
+
 static void test_guard_device_gone(void **state)
 {
     (void)state;
@@ -630,6 +661,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_heartbeat_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pci_provider, setup, teardown),
         cmocka_unit_test_setup_teardown(test_guard_device_gone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zombie_is_dead, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_finds_damage, setup, teardown),
         cmocka_unit_test(test_strerror),
     };
