@@ -117,11 +117,17 @@ static ivshm_status_t tx_peer(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
         return ivshm__fail(IVSHM_ERR_INVAL, "peer %u is not connected", idx);
     /* the receiver's memory is only ours to write while this life of it
      * lasts (its block may be freed and reused once it ends) */
-    if (ivshm__peer_gone(ep, p, idx)) {
+    struct dir_entry *e = &ep->d->dir[idx];
+    enum ivshm_proc_state s =
+        p->dead ? PROC_GONE
+                : ivshm__proc_state(ep->r, p->owner_slot, p->owner_gen);
+    if (s == PROC_GONE ||
+        atomic_load_explicit(&e->word, memory_order_acquire) != p->entry_word ||
+        atomic_load_explicit(&e->epoch, memory_order_relaxed) != p->epoch) {
         ivshm__peer_died(ep, idx);
         return ivshm__fail(IVSHM_ERR_PEER_DEAD, "peer %u is gone", idx);
     }
-    if (ivshm__proc_state(ep->r, p->owner_slot, p->owner_gen) != PROC_LIVE)
+    if (s == PROC_DOUBT)
         return IVSHM_ERR_AGAIN; /* a reclaimer is deciding: not now */
     if (!p->tx_fbox && p->fbox_asked && p->g.fbox_cells)
         ivshm__fbox_check_grant(ep, p);

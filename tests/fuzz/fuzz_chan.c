@@ -107,7 +107,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
     if (n > 0) {
         const uint8_t *d = data + 1;
         size_t m = n - 1;
-        char *base = ivshm_region_base(ra);
         switch (data[0] % 6) {
         case 0:
             lay(da->dir, 2 * sizeof(struct dir_entry), d, m);
@@ -140,7 +139,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
             break;
         }
         }
-        (void)base;
     }
     for (int k = 0; k < 4; k++) {
         ivshm_ep_progress(R);
