@@ -9,6 +9,9 @@
  * Prints "bytes value" lines (latency in us one-way / per operation,
  * bandwidth in MB/s); each value is the median of REPEATS runs of ITERS.
  * -a: the buffers come from MPI_Alloc_mem.
+ * -P A,B: latency, bw and bibw between ranks A and B of a larger job (the
+ *   others wait): one job measures pairs on one host and across hosts,
+ *   e.g. ranks 0,1 in two VMs of one host and 0,2 on another host.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -17,6 +20,7 @@
 #include <unistd.h>
 
 static int rank, size, iters = 0, repeats = 7, use_alloc_mem;
+static int pa = 0, pb = 1; /* the measured pair (-P) */
 static size_t maxb = 1 << 22;
 
 static int cmpd(const void *a, const void *b)
@@ -63,7 +67,7 @@ static double median_of(bench_fn f, size_t n, int it, char *s, char *r)
         MPI_Barrier(MPI_COMM_WORLD);
         v[k] = f(n, it, s, r);
     }
-    MPI_Bcast(v, repeats, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(v, repeats, MPI_DOUBLE, pa, MPI_COMM_WORLD);
     qsort(v, (size_t)repeats, sizeof(double), cmpd);
     return v[repeats / 2];
 }
@@ -72,12 +76,12 @@ static double b_latency(size_t n, int it, char *s, char *r)
 {
     double t0 = MPI_Wtime();
     for (int i = 0; i < it; i++) {
-        if (rank == 0) {
-            MPI_Send(s, (int)n, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
-            MPI_Recv(r, (int)n, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        } else if (rank == 1) {
-            MPI_Recv(r, (int)n, MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            MPI_Send(s, (int)n, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
+        if (rank == pa) {
+            MPI_Send(s, (int)n, MPI_CHAR, pb, 1, MPI_COMM_WORLD);
+            MPI_Recv(r, (int)n, MPI_CHAR, pb, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else if (rank == pb) {
+            MPI_Recv(r, (int)n, MPI_CHAR, pa, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(s, (int)n, MPI_CHAR, pa, 1, MPI_COMM_WORLD);
         }
     }
     return (MPI_Wtime() - t0) / it / 2;
@@ -106,21 +110,24 @@ static double b_mlat(size_t n, int it, char *s, char *r)
 static double b_bw_common(size_t n, int it, char *s, char *r, int bi)
 {
     MPI_Request q[2 * WINDOW];
-    char ack;
+    char ack = 0;
+    if (rank != pa && rank != pb)
+        return 1.0; /* not measured: rank pa's figures are reported */
+    int peer = rank == pa ? pb : pa;
     double t0 = MPI_Wtime();
     for (int i = 0; i < it; i++) {
         int k = 0;
-        if (rank == 0 || bi)
+        if (rank == pa || bi)
             for (int w = 0; w < WINDOW; w++)
-                MPI_Isend(s, (int)n, MPI_CHAR, 1 - rank, 2, MPI_COMM_WORLD, &q[k++]);
-        if (rank == 1 || bi)
+                MPI_Isend(s, (int)n, MPI_CHAR, peer, 2, MPI_COMM_WORLD, &q[k++]);
+        if (rank == pb || bi)
             for (int w = 0; w < WINDOW; w++)
-                MPI_Irecv(r, (int)n, MPI_CHAR, 1 - rank, 2, MPI_COMM_WORLD, &q[k++]);
+                MPI_Irecv(r, (int)n, MPI_CHAR, peer, 2, MPI_COMM_WORLD, &q[k++]);
         MPI_Waitall(k, q, MPI_STATUSES_IGNORE);
-        if (rank == 0)
-            MPI_Recv(&ack, 1, MPI_CHAR, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (rank == pa)
+            MPI_Recv(&ack, 1, MPI_CHAR, pb, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         else
-            MPI_Send(&ack, 1, MPI_CHAR, 0, 3, MPI_COMM_WORLD);
+            MPI_Send(&ack, 1, MPI_CHAR, pa, 3, MPI_COMM_WORLD);
     }
     double t = MPI_Wtime() - t0;
     return t / ((double)n * WINDOW * it * (bi ? 2 : 1)); /* s per byte */
@@ -222,7 +229,7 @@ int main(int argc, char **argv)
     const char *bench = argc > 1 ? argv[1] : "latency";
     int c;
     optind = 2;
-    while ((c = getopt(argc, argv, "m:i:r:a")) != -1) {
+    while ((c = getopt(argc, argv, "m:i:r:aP:")) != -1) {
         if (c == 'm')
             maxb = strtoull(optarg, NULL, 0);
         else if (c == 'i')
@@ -231,6 +238,23 @@ int main(int argc, char **argv)
             repeats = atoi(optarg) > 0 && atoi(optarg) <= 64 ? atoi(optarg) : 7;
         else if (c == 'a')
             use_alloc_mem = 1;
+        else if (c == 'P' && (sscanf(optarg, "%d,%d", &pa, &pb) != 2 ||
+                              pa < 0 || pb < 0 || pa >= size || pb >= size ||
+                              pa == pb)) {
+            if (rank == 0)
+                fprintf(stderr, "ivshm-osu: -P %s: two different ranks of "
+                                "the %d are needed\n", optarg, size);
+            MPI_Finalize();
+            return 2;
+        }
+    }
+    int paired = strcmp(bench, "latency") == 0 || strcmp(bench, "bw") == 0 ||
+                 strcmp(bench, "bibw") == 0;
+    if ((pa != 0 || pb != 1) && !paired) {
+        if (rank == 0)
+            fprintf(stderr, "ivshm-osu: -P applies to latency, bw and bibw\n");
+        MPI_Finalize();
+        return 2;
     }
     static const struct {
         const char *name;
@@ -253,7 +277,8 @@ int main(int argc, char **argv)
         if (rank == 0)
             fprintf(stderr, "usage: ivshm-osu latency|bw|bibw|mlat|put|get|"
                             "putbw|getbw|allreduce|bcast|allgather|alltoall "
-                            "[-m MAX] [-i N] [-r R] [-a] (>= 2 ranks)\n");
+                            "[-m MAX] [-i N] [-r R] [-a] [-P A,B] (>= 2 "
+                            "ranks)\n");
         MPI_Finalize();
         return 2;
     }
@@ -266,8 +291,8 @@ int main(int argc, char **argv)
         MPI_Win_allocate((MPI_Aint)maxb, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
     }
     if (rank == 0)
-        printf("# ivshm-osu %s, %d ranks, %s (median of %d)\n", bench, size,
-               tab[b].bw ? "MB/s" : "us", repeats);
+        printf("# ivshm-osu %s, %d ranks (ranks %d and %d), %s (median of %d)\n",
+               bench, size, pa, pb, tab[b].bw ? "MB/s" : "us", repeats);
     size_t start = tab[b].fn == b_allreduce ? 4 : 1;
     for (size_t n = start; n <= maxb; n *= 2) {
         double v = median_of(tab[b].fn, n, iters_for(n, tab[b].small_iters), s, r);

@@ -27,7 +27,19 @@
 BEGIN_C_DECLS
 
 #define IVSHMEM_MODEX_MAGIC 0x4d444f4d4d485649ull /* "IVHMMODM" */
-#define IVSHMEM_MODEX_VERSION 1u
+#define IVSHMEM_MODEX_VERSION 2u
+#define IVSHMEM_MODEX_REGION 0x1u /* id and addr are valid */
+#define IVSHMEM_MODEX_VERBS 0x2u  /* verbs is valid */
+
+/* What a process publishes about its verbs route (inside the modex). */
+typedef struct ivshmem_verbs_addr_t {
+    uint32_t ipv4;     /* RDMA CM listener address, network order */
+    uint16_t port;     /* network order */
+    uint16_t rq_depth; /* receive buffers it posts per connection */
+    uint32_t buf_size; /* bytes per receive buffer, header included */
+    uint32_t pad;
+} ivshmem_verbs_addr_t;
+
 
 /* What each process publishes through the modex. */
 typedef struct mca_btl_ivshmem_modex_t {
@@ -36,6 +48,7 @@ typedef struct mca_btl_ivshmem_modex_t {
     uint32_t flags;
     ivshm_identity_t id;
     uint8_t addr[IVSHM_EP_ADDR_SIZE];
+    ivshmem_verbs_addr_t verbs;
 } mca_btl_ivshmem_modex_t;
 
 typedef struct mca_btl_ivshmem_component_t {
@@ -98,6 +111,8 @@ struct mca_btl_base_endpoint_t {
     uint64_t puts, put_bytes; /* single-copy writes into them */
     uint64_t rdma_refused;    /* put/get with a handle that does not hold */
     opal_list_t pending;  /* those waiting, in order (retried by progress) */
+    struct ivshmem_verbs_conn_t *vc; /* the verbs route's peers: the
+                                        connection; NULL for region peers */
 };
 typedef struct mca_btl_base_endpoint_t mca_btl_base_endpoint_t;
 
@@ -129,11 +144,26 @@ typedef struct mca_btl_ivshmem_frag_t {
 OBJ_CLASS_DECLARATION(mca_btl_ivshmem_frag_t);
 
 int mca_btl_ivshmem_setup(void);
+/* the rank's modex entry, checked (free() it), or NULL */
+mca_btl_ivshmem_modex_t *mca_btl_ivshmem_modex_get(const opal_process_name_t *name);
+/* whether the region route carries the peer that published mx */
+bool mca_btl_ivshmem_region_takes(const mca_btl_ivshmem_modex_t *mx);
 /* offset of [p, p + len) in our mapping of the region, UINT64_MAX when it
  * is not wholly inside (or no region is mapped) */
 uint64_t mca_btl_ivshmem_region_offset(const void *p, size_t len);
 void mca_btl_ivshmem_teardown(void);
 void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m);
+/* for both modules (btl_ivshmem_module.c) */
+void mca_btl_ivshmem_print_stats(struct mca_btl_base_endpoint_t *ep,
+                                 const char *route);
+void mca_btl_ivshmem_deliver(struct mca_btl_base_module_t *btl,
+                             struct mca_btl_base_endpoint_t *ep,
+                             mca_btl_base_tag_t tag, void *data, size_t len);
+struct mca_btl_base_descriptor_t *
+mca_btl_ivshmem_prepare_src(struct mca_btl_base_module_t *btl,
+                            struct mca_btl_base_endpoint_t *endpoint,
+                            struct opal_convertor_t *convertor, uint8_t order,
+                            size_t reserve, size_t *size, uint32_t flags);
 /* Channel events: our lease lost (the job ends with an MPI error). */
 void mca_btl_ivshmem_event(void *arg, int kind, uint32_t peer);
 /* retries queued sends; returns how many completed */

@@ -4,6 +4,7 @@
  * whenever the region cannot be used (the job then runs over the network).
  */
 #include "btl_ivshmem.h"
+#include "btl_ivshmem_verbs.h"
 
 #include "opal/util/output.h"
 #include "opal/util/proc.h"
@@ -80,8 +81,9 @@ static int ivshmem_register(void)
             "Shared region to use: auto (the guest driver's device if it is "
             "loaded, else the only ivshmem device through sysfs), dev:auto, "
             "dev:/dev/ivshmemN, pci:auto, pci:DDDD:BB:DD.F, or file:PATH (a "
-            "host file, as in simulated VMs); default $IVSHM_REGION, else "
-            "auto",
+            "host file, as in simulated VMs), or none (no region route: "
+            "only the verbs route, e.g. to measure it between co-resident "
+            "VMs); default $IVSHM_REGION, else auto",
             MCA_BASE_VAR_TYPE_STRING, OPAL_INFO_LVL_3,
             MCA_BASE_VAR_SCOPE_READONLY, &c->region);
     c->same_vm = 0;
@@ -155,6 +157,7 @@ static int ivshmem_register(void)
     m->btl_put_alignment = 0;
     m->btl_get_local_registration_threshold = SIZE_MAX;
     m->btl_put_local_registration_threshold = SIZE_MAX;
+    ivshmem_verbs_register_params(&c->super.btl_version);
     return mca_btl_base_param_register(&c->super.btl_version, m);
 }
 
@@ -190,6 +193,7 @@ static int ivshmem_close(void)
 {
     mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
     mca_btl_ivshmem_teardown();
+    ivshmem_verbs_teardown();
     OBJ_DESTRUCT(&c->frags);
     OBJ_DESTRUCT(&c->regs);
     free(c->why_not);
@@ -250,6 +254,11 @@ int mca_btl_ivshmem_setup(void)
     mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
     mca_btl_base_module_t *m = &mca_btl_ivshmem_module.super;
     ivshm_status_t st;
+    if (strcmp(c->region, "none") == 0) {
+        opal_output_verbose(1, c->output, "btl ivshmem: region route off "
+                                          "(btl_ivshmem_region none)");
+        return OPAL_ERR_NOT_AVAILABLE;
+    }
     if ((st = ivshm_region_open(c->region, 0, &c->r)) != IVSHM_OK)
         return step_aside(st, "cannot open the region");
     if ((st = ivshm_attach(c->r)) != IVSHM_OK)
@@ -380,6 +389,37 @@ static void region_mem_free(void *ptr)
         (void)ivshm_free(c->r, off);
 }
 
+mca_btl_ivshmem_modex_t *mca_btl_ivshmem_modex_get(const opal_process_name_t *name)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    mca_btl_ivshmem_modex_t *mx = NULL;
+    size_t size = 0;
+    int rc;
+    OPAL_MODEX_RECV(rc, &c->super.btl_version, name, (void **)&mx,
+                    &size);
+    if (rc != OPAL_SUCCESS || !mx || size != sizeof(*mx) ||
+        mx->magic != IVSHMEM_MODEX_MAGIC ||
+        mx->version != IVSHMEM_MODEX_VERSION) {
+        opal_output_verbose(1, c->output,
+                            "btl ivshmem: rank %u: no usable ivshmem modex "
+                            "entry (component off there, or another "
+                            "version): left to other BTLs",
+                            (unsigned)name->vpid);
+        free(mx);
+        return NULL;
+    }
+    return mx;
+}
+
+bool mca_btl_ivshmem_region_takes(const mca_btl_ivshmem_modex_t *mx)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    if (!c->ep || !(mx->flags & IVSHMEM_MODEX_REGION))
+        return false;
+    ivshm_locality_t loc = ivshm_peer_locality(c->r, &mx->id);
+    return loc == IVSHM_PEER_OTHER_VM || (loc == IVSHM_PEER_SAME_VM && c->same_vm);
+}
+
 static mca_btl_base_module_t **ivshmem_init(int *num_btls,
                                             bool enable_progress_threads,
                                             bool enable_mpi_threads)
@@ -393,41 +433,52 @@ static mca_btl_base_module_t **ivshmem_init(int *num_btls,
                             "btl ivshmem: not used with MPI_THREAD_MULTIPLE");
         return NULL;
     }
-    if (mca_btl_ivshmem_setup() != OPAL_SUCCESS)
-        return NULL;
+    /* the two routes are independent: a VM without the region may still
+     * reach other hosts over verbs, and one without RDMA the region */
+    bool region = mca_btl_ivshmem_setup() == OPAL_SUCCESS;
     mca_btl_ivshmem_modex_t mx;
     memset(&mx, 0, sizeof(mx));
+    bool verbs = ivshmem_verbs_setup(job_size(), &mx.verbs) == OPAL_SUCCESS;
+    if (!region && !verbs)
+        return NULL;
     mx.magic = IVSHMEM_MODEX_MAGIC;
     mx.version = IVSHMEM_MODEX_VERSION;
-    ivshm_self_identity(c->r, &mx.id);
-    ivshm_ep_address(c->ep, mx.addr);
+    if (region) {
+        mx.flags |= IVSHMEM_MODEX_REGION;
+        ivshm_self_identity(c->r, &mx.id);
+        ivshm_ep_address(c->ep, mx.addr);
+    }
+    if (verbs)
+        mx.flags |= IVSHMEM_MODEX_VERBS;
     int rc;
     OPAL_MODEX_SEND(rc, IVSHMEM_PMIX_GLOBAL, &c->super.btl_version, &mx,
                     sizeof(mx));
-    if (rc != OPAL_SUCCESS) {
+    mca_btl_base_module_t **mods = malloc(2 * sizeof(*mods));
+    if (rc != OPAL_SUCCESS || !mods) {
+        free(mods);
         mca_btl_ivshmem_teardown();
+        ivshmem_verbs_teardown();
         return NULL;
     }
-    mca_btl_base_module_t **mods = malloc(sizeof(*mods));
-    if (!mods) {
-        mca_btl_ivshmem_teardown();
-        return NULL;
+    if (region) {
+        mods[(*num_btls)++] = &mca_btl_ivshmem_module.super;
+        opal_output_verbose(1, c->output,
+                            "btl ivshmem: rank %u uses region %s (endpoint %u)",
+                            (unsigned)OPAL_PROC_MY_NAME.vpid, c->region,
+                            ivshm_ep_index(c->ep));
     }
-    mods[0] = &mca_btl_ivshmem_module.super;
-    *num_btls = 1;
-    opal_output_verbose(1, c->output,
-                        "btl ivshmem: rank %u uses region %s (endpoint %u)",
-                        (unsigned)OPAL_PROC_MY_NAME.vpid, c->region,
-                        ivshm_ep_index(c->ep));
+    if (verbs)
+        mods[(*num_btls)++] = IVSHMEM_VERBS_MODULE;
     return mods;
 }
 
 static int ivshmem_progress(void)
 {
     mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    int n = ivshmem_verbs_progress();
     if (!c->ep)
-        return 0;
-    int n = ivshm_ep_progress(c->ep);
+        return n;
+    n += ivshm_ep_progress(c->ep);
     if (c->pending_frags)
         n += mca_btl_ivshmem_progress_pending();
     return n;

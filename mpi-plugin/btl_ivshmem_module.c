@@ -41,25 +41,17 @@ static int ivshmem_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
             C->seen[vpid] = 1;
             C->others_seen++;
         }
-        mca_btl_ivshmem_modex_t *mx = NULL;
-        size_t size = 0;
-        int rc;
-        OPAL_MODEX_RECV(rc, &C->super.btl_version, &proc->proc_name,
-                        (void **)&mx, &size);
-        if (rc != OPAL_SUCCESS || !mx || size != sizeof(*mx) ||
-            mx->magic != IVSHMEM_MODEX_MAGIC ||
-            mx->version != IVSHMEM_MODEX_VERSION) {
+        mca_btl_ivshmem_modex_t *mx = mca_btl_ivshmem_modex_get(&proc->proc_name);
+        if (!mx || !(mx->flags & IVSHMEM_MODEX_REGION)) {
             opal_output_verbose(1, C->output,
-                                "btl ivshmem: rank %u: no usable ivshmem "
-                                "address (component off there): left to "
-                                "other BTLs",
+                                "btl ivshmem: rank %u: no region there: "
+                                "left to other routes",
                                 vpid);
             free(mx);
             continue;
         }
         ivshm_locality_t loc = ivshm_peer_locality(C->r, &mx->id);
-        bool take = loc == IVSHM_PEER_OTHER_VM ||
-                    (loc == IVSHM_PEER_SAME_VM && C->same_vm);
+        bool take = mca_btl_ivshmem_region_takes(mx);
         uint32_t peer = 0;
         if (take) {
             ivshm_status_t st =
@@ -100,15 +92,18 @@ static int ivshmem_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
     return OPAL_SUCCESS;
 }
 
-static void print_stats(struct mca_btl_base_endpoint_t *ep)
+/* Shared by both modules: the per-peer counters (btl_ivshmem_stats). */
+void mca_btl_ivshmem_print_stats(struct mca_btl_base_endpoint_t *ep,
+                                 const char *route)
 {
     char host[256] = "?";
     gethostname(host, sizeof(host));
     opal_output(0,
-                "btl ivshmem stats: host %s rank %u -> rank %u: %llu sends "
-                "%llu bytes, %llu receives %llu bytes, %llu queued for room, "
-                "%llu gets %llu bytes, %llu puts %llu bytes, %llu refused",
-                host, (unsigned)OPAL_PROC_MY_NAME.vpid, ep->vpid,
+                "btl ivshmem stats: host %s rank %u -> rank %u: route %s: "
+                "%llu sends %llu bytes, %llu receives %llu bytes, %llu queued "
+                "for room, %llu gets %llu bytes, %llu puts %llu bytes, %llu "
+                "refused",
+                host, (unsigned)OPAL_PROC_MY_NAME.vpid, ep->vpid, route,
                 (unsigned long long)ep->sends, (unsigned long long)ep->bytes_out,
                 (unsigned long long)ep->recvs, (unsigned long long)ep->bytes_in,
                 (unsigned long long)ep->queued, (unsigned long long)ep->gets,
@@ -129,7 +124,7 @@ static int ivshmem_del_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
         struct mca_btl_base_endpoint_t *ep = peers[i];
         if (ep && ep->peer < C->npeers && C->peers[ep->peer] == ep) {
             if (C->stats)
-                print_stats(ep);
+                mca_btl_ivshmem_print_stats(ep, "region");
             C->peers[ep->peer] = NULL;
             C->reached--;
             opal_list_item_t *it;
@@ -152,7 +147,7 @@ static int ivshmem_finalize(struct mca_btl_base_module_t *btl)
     if (C->stats && C->peers)
         for (uint32_t i = 0; i < C->npeers; i++)
             if (C->peers[i])
-                print_stats(C->peers[i]);
+                mca_btl_ivshmem_print_stats(C->peers[i], "region");
     mca_btl_ivshmem_teardown();
     return OPAL_SUCCESS;
 }
@@ -187,26 +182,28 @@ static int ivshmem_free(struct mca_btl_base_module_t *btl,
     return OPAL_SUCCESS;
 }
 
-static struct mca_btl_base_descriptor_t *
-ivshmem_prepare_src(struct mca_btl_base_module_t *btl,
-                    struct mca_btl_base_endpoint_t *endpoint,
-                    struct opal_convertor_t *convertor, uint8_t order,
-                    size_t reserve, size_t *size, uint32_t flags)
+/* Shared by both modules: a descriptor from the module's own alloc, with
+ * the convertor's next bytes packed after reserve bytes of header. */
+struct mca_btl_base_descriptor_t *
+mca_btl_ivshmem_prepare_src(struct mca_btl_base_module_t *btl,
+                            struct mca_btl_base_endpoint_t *endpoint,
+                            struct opal_convertor_t *convertor, uint8_t order,
+                            size_t reserve, size_t *size, uint32_t flags)
 {
     if (reserve + *size > btl->btl_max_send_size)
         *size = btl->btl_max_send_size - reserve;
     mca_btl_base_descriptor_t *des =
-        ivshmem_alloc(btl, endpoint, order, reserve + *size, flags);
+        btl->btl_alloc(btl, endpoint, order, reserve + *size, flags);
     if (!des)
         return NULL;
-    mca_btl_ivshmem_frag_t *f = (mca_btl_ivshmem_frag_t *)des;
-    struct iovec iov = {(char *)f->segment.seg_addr.pval + reserve, *size};
+    mca_btl_base_segment_t *seg = des->des_segments;
+    struct iovec iov = {(char *)seg->seg_addr.pval + reserve, *size};
     uint32_t iov_count = 1;
     if (opal_convertor_pack(convertor, &iov, &iov_count, size) < 0) {
-        ivshmem_free(btl, des);
+        btl->btl_free(btl, des);
         return NULL;
     }
-    f->segment.seg_len = reserve + *size;
+    seg->seg_len = reserve + *size;
     return des;
 }
 
@@ -304,17 +301,23 @@ static int ivshmem_sendi(struct mca_btl_base_module_t *btl,
                          uint8_t order, uint32_t flags, mca_btl_base_tag_t tag,
                          mca_btl_base_descriptor_t **descriptor)
 {
-    (void)order;
-    (void)flags;
     size_t total = header_size + payload_size;
     if (descriptor)
         *descriptor = NULL;
-    if (total > btl->btl_eager_limit || !opal_list_is_empty(&endpoint->pending))
-        return OPAL_ERR_OUT_OF_RESOURCE; /* behind queued sends: keep order */
+    /* behind queued sends (keep order) or no room: ob1 sends through the
+     * descriptor it gets back; without one it would park the request
+     * until some other send of ours completes */
+    if (total > btl->btl_eager_limit || !opal_list_is_empty(&endpoint->pending)) {
+        if (descriptor)
+            *descriptor = ivshmem_alloc(btl, endpoint, order, total, flags);
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    }
     /* room first, so that a failure leaves the convertor untouched */
     void *buf;
     ivshm_rsv_t rsv;
     ivshm_status_t st = ivshm_ep_reserve(C->ep, endpoint->peer, total, &buf, &rsv);
+    if (st == IVSHM_ERR_AGAIN && descriptor)
+        *descriptor = ivshmem_alloc(btl, endpoint, order, total, flags);
     if (st != IVSHM_OK)
         return status_to_opal(st);
     memcpy(buf, header, header_size);
@@ -525,36 +528,46 @@ void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m)
     (void)arg;
     if (m->tag >= MCA_BTL_TAG_MAX || m->offset != 0 || m->len != m->total)
         return; /* not something our sends produce */
-    const mca_btl_active_message_callback_t *reg =
-        mca_btl_base_active_message_trigger + m->tag;
-    if (!reg->cbfunc)
-        return;
-    mca_btl_base_segment_t seg;
-    seg.seg_addr.pval = (void *)m->data;
-    seg.seg_len = m->len;
     struct mca_btl_base_endpoint_t *ep =
         m->sender < C->npeers ? C->peers[m->sender] : NULL;
     if (ep) {
         ep->recvs++;
         ep->bytes_in += m->len;
     }
+    mca_btl_ivshmem_deliver(&mca_btl_ivshmem_module.super, ep,
+                            (mca_btl_base_tag_t)m->tag, (void *)m->data, m->len);
+}
+
+/* Shared by both modules: hands one received message to the callback ob1
+ * registered for its tag (the tag was checked by the caller). */
+void mca_btl_ivshmem_deliver(struct mca_btl_base_module_t *btl,
+                             struct mca_btl_base_endpoint_t *ep,
+                             mca_btl_base_tag_t tag, void *data, size_t len)
+{
+    const mca_btl_active_message_callback_t *reg =
+        mca_btl_base_active_message_trigger + tag;
+    if (!reg->cbfunc)
+        return;
+    mca_btl_base_segment_t seg;
+    seg.seg_addr.pval = data;
+    seg.seg_len = len;
 #if BTL_VERSION >= 330
     /* Open MPI 5.x (BTL 3.3): a receive descriptor replaces the descriptor */
     mca_btl_base_receive_descriptor_t rd = {
         .endpoint = ep,
         .des_segments = &seg,
         .des_segment_count = 1,
-        .tag = (mca_btl_base_tag_t)m->tag,
+        .tag = tag,
         .cbdata = reg->cbdata,
     };
-    reg->cbfunc(&mca_btl_ivshmem_module.super, &rd);
+    reg->cbfunc(btl, &rd);
 #else
+    (void)ep;
     mca_btl_base_descriptor_t des;
     memset(&des, 0, sizeof(des));
     des.des_segments = &seg;
     des.des_segment_count = 1;
-    reg->cbfunc(&mca_btl_ivshmem_module.super, (mca_btl_base_tag_t)m->tag,
-                &des, reg->cbdata);
+    reg->cbfunc(btl, tag, &des, reg->cbdata);
 #endif
 }
 
@@ -566,7 +579,7 @@ mca_btl_ivshmem_module_t mca_btl_ivshmem_module = {
         .btl_finalize = ivshmem_finalize,
         .btl_alloc = ivshmem_alloc,
         .btl_free = ivshmem_free,
-        .btl_prepare_src = ivshmem_prepare_src,
+        .btl_prepare_src = mca_btl_ivshmem_prepare_src,
         .btl_send = ivshmem_send,
         .btl_sendi = ivshmem_sendi,
         .btl_put = ivshmem_put,

@@ -41,8 +41,12 @@ ver=$(sed -n 's/^#define OMPI_VERSION "\(.*\)"/\1/p' "$inc/openmpi/opal_config.h
 grep -q "define BTL_VERSION 330" "$inc/openmpi/opal/mca/btl/btl.h" ||
     { echo "check-ompi5: the headers are not BTL 3.3"; exit 1; }
 rc=0
-for f in btl_ivshmem_component.c btl_ivshmem_module.c mpool_ivshmem_component.c; do
-    if gcc -std=gnu11 -Wall -Wextra -Werror -mcx16 -c -o /dev/null \
+# the verbs route's files too, where libibverbs-dev and librdmacm-dev are
+verbs=
+[ -f /usr/include/infiniband/verbs.h ] && [ -f /usr/include/rdma/rdma_cma.h ] &&
+    verbs="btl_ivshmem_verbs_device.c btl_ivshmem_verbs.c btl_ivshmem_verbs_module.c"
+for f in btl_ivshmem_component.c btl_ivshmem_module.c mpool_ivshmem_component.c $verbs; do
+    if gcc -std=gnu11 ${verbs:+-DIVSHMEM_HAVE_VERBS=1} -Wall -Wextra -Werror -mcx16 -c -o /dev/null \
         -I"$inc/openmpi" -I"$src" -I"$src/opal/include" -I"$inc" -I"$pmix" \
         -I"$cache/root/usr/include" -I"$top/libivshm/include" "$top/mpi-plugin/$f"; then
         echo "check-ompi5: ok: $f against Open MPI ${ver:-5.x}"

@@ -5,7 +5,9 @@ set -eu
 PKGS="build-essential autoconf automake libtool pkg-config
       libopenmpi-dev openmpi-bin libhwloc-dev libcmocka-dev
       clang libclang-rt-14-dev iproute2 util-linux procps python3
-      qemu-system-x86 busybox-static xz-utils gnuplot-nox"
+      qemu-system-x86 busybox-static xz-utils gnuplot-nox
+      libibverbs-dev librdmacm-dev debootstrap cpio kmod
+      openssh-client"
 missing=
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"

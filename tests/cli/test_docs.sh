@@ -35,6 +35,23 @@ if [ -f "$so" ] && command -v ompi_info >/dev/null; then
     else
         fail=$((fail + 1))
     fi
+    # docs/verbs.md: the verbs route's single-valued defaults
+    if printf '%s\n' "$info" | grep -q "param:btl_ivshmem_verbs:value"; then
+        rows=0 bad=0
+        for row in $(sed -n 's/^| `\(btl_ivshmem_verbs[a-z_]*\)` | \(-\{0,1\}[0-9][0-9]*\) | .*/\1=\2/p' "$s/docs/verbs.md"); do
+            rows=$((rows + 1))
+            name=${row%%=*} want=${row#*=}
+            got=$(printf '%s\n' "$info" | sed -n "s/^mca:btl:ivshmem:param:$name:value://p")
+            [ "$got" = "$want" ] || { bad=$((bad + 1)); echo "FAIL: $name: docs/verbs.md $want, ompi_info '$got'"; }
+        done
+        if [ "$rows" -ge 8 ] && [ "$bad" = 0 ]; then
+            pass=$((pass + 1)); echo "ok: docs/verbs.md has the verbs route's $rows defaults"
+        else
+            fail=$((fail + 1)); echo "FAIL: docs/verbs.md: $rows rows, $bad differ"
+        fi
+    else
+        echo "note: component built without its verbs route; docs/verbs.md not checked"
+    fi
 else
     echo "note: MPI component not built; its defaults not checked"
 fi

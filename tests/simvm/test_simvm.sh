@@ -37,7 +37,7 @@ else
 fi
 # ranks 0,1 in VM0; 2 in VM1; 3 in VM2 (host a); 4 in VM3; 5 in VM4 (host b)
 want="0-2 0-3 1-2 1-3 2-0 2-1 2-3 3-0 3-1 3-2 4-5 5-4"
-got=$(sed -n 's/.*btl ivshmem stats: .* rank \([0-9]*\) -> rank \([0-9]*\): \([0-9]*\) sends.*/\1-\2 \3/p' "$work/mixed.out" |
+got=$(sed -n 's/.*btl ivshmem stats: .* rank \([0-9]*\) -> rank \([0-9]*\): route region: \([0-9]*\) sends.*/\1-\2 \3/p' "$work/mixed.out" |
       awk '$2 > 0 {print $1}' | sort -t- -k1,1n -k2,2n | tr '\n' ' ' | sed 's/ $//')
 if [ "$got" = "$want" ]; then
     ok "ivshmem carried exactly the co-resident cross-VM pairs: $got"
@@ -46,7 +46,7 @@ else
 fi
 # MPI_Alloc_mem buffers live in the region: ivshmem pairs moved them with
 # single-copy gets (every pair exchanges such buffers both ways)
-single=$(sed -n 's/.*btl ivshmem stats: .* rank \([0-9]*\) -> rank \([0-9]*\): \([0-9]*\) sends.* \([0-9]*\) gets \([0-9]*\) bytes.* \([0-9]*\) refused/\1-\2 \3 \4 \6/p' "$work/mixed.out" |
+single=$(sed -n 's/.*btl ivshmem stats: .* rank \([0-9]*\) -> rank \([0-9]*\): route region: \([0-9]*\) sends.* \([0-9]*\) gets \([0-9]*\) bytes.* \([0-9]*\) refused/\1-\2 \3 \4 \6/p' "$work/mixed.out" |
       awk '$2 > 0 { n++; if ($3 > 0 && $4 == 0) g++ } END { printf "%d/%d", g, n }')
 if [ "$single" = "12/12" ]; then
     ok "every ivshmem pair read MPI_Alloc_mem buffers with single-copy gets, none refused ($single)"

@@ -1,0 +1,160 @@
+#!/bin/sh
+# /init of the MPI guests (tests/qemu/test_qemu_mpi.sh): a Debian root
+# file system with Open MPI, dropbear and soft-RoCE. Kernel arguments:
+#   ivt_name=vmN ivt_ip=ADDR    the guest's name and address on eth0
+#   ivt_role=lead|bench|member  the lead runs the checks below, bench the
+#                               route benchmarks; members serve
+# The lead prints "IVT-PASS name" / "IVT-FAIL name: why" for each check on
+# the serial console, then "IVT-END", and powers off.
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmp /tmp
+mount -t tmpfs run /run
+mount -t tmpfs shm /dev/shm
+exec >/dev/console 2>&1
+hostname "$ivt_name"
+ip link set lo up
+modprobe e1000
+ip addr add "$ivt_ip/24" dev eth0
+ip link set eth0 up
+# soft-RoCE on eth0 (crc32_generic: rxe's ICRC)
+modprobe crc32_generic
+modprobe rdma_rxe
+modprobe ib_uverbs
+modprobe rdma_ucm
+rdma link add rxe0 type rxe netdev eth0 || echo "IVT-FAIL rxe: no soft-RoCE link on $ivt_name"
+insmod /opt/ivt/ivshmem.ko || echo "IVT-FAIL insmod: ivshmem.ko on $ivt_name"
+dropbear -r /etc/dropbear/dropbear_ed25519_host_key -p 22
+echo "IVT-READY $ivt_name"
+
+if [ "$ivt_role" != lead ] && [ "$ivt_role" != bench ]; then
+    while :; do sleep 3600; done
+fi
+
+pass() { echo "IVT-PASS $1"; }
+fail() { echo "IVT-FAIL $1: $2"; }
+show() { sed 's/^/    /' "$1"; }
+# job OUT CMD...: runs CMD, its output on the console as it comes and in
+# OUT; rc is its exit status
+job() {
+    out=$1; shift
+    ( "$@"; echo $? >"$out.rc" ) 2>&1 | tee "$out" | sed 's/^/    /'
+    rc=$(cat "$out.rc")
+}
+
+peers="vm2 vm3 vm4"
+for h in $peers; do
+    i=0
+    until ssh -o ConnectTimeout=5 "$h" true 2>/dev/null; do
+        i=$((i + 1)); [ $i -gt 120 ] && break; sleep 1
+    done
+done
+ok=1
+for h in $peers; do ssh "$h" true || ok=0; done
+[ $ok = 1 ] && pass ssh-all || fail ssh-all "a guest does not answer ssh"
+
+# What a user types: the component's aggregate parameter set (--tune ivshmem)
+# turns on both routes; the rest is what TCG guests need (slow: long verbs
+# timeouts; one vCPU: yield while idle).
+MPIRUN="mpirun --allow-run-as-root --tune ivshmem --mca oob_tcp_if_include eth0
+ --mca btl_tcp_if_include eth0 --mca mpi_yield_when_idle 1
+ --mca btl_ivshmem_verbs_ack_timeout 20 --mca btl_ivshmem_verbs_connect_timeout 300
+ --mca btl_ivshmem_verbose 1"
+ALL="--host vm1,vm2,vm3,vm4 -np 4 --map-by node"
+
+# stats_route OUT A B: the route the counters of rank A -> rank B name, if
+# it carried messages
+stats_route() {
+    sed -n "s/^.*btl ivshmem stats: host [^ ]* rank $2 -> rank $3: route \([a-z]*\): \([0-9]*\) sends.*/\1 \2/p" "$1" |
+        awk '$2 > 0 { print $1 }' | head -n1
+}
+# routes_are OUT NAME REGION CROSS: region between the two guests of each
+# host, CROSS (verbs or nothing) between hosts, in both directions
+routes_are() {
+    bad=
+    for p in "0 1" "1 0" "2 3" "3 2" "0 2" "2 0" "0 3" "3 0" "1 2" "2 1" "1 3" "3 1"; do
+        set -- $p
+        case "$1$2" in 01|10|23|32) want=region ;; *) want=$CROSS ;; esac
+        got=$(stats_route "$OUT" "$1" "$2")
+        [ "$got" = "$want" ] || bad="$bad $1->$2:${got:-none}(want ${want:-none})"
+    done
+    [ -z "$bad" ] && pass "$NAME" || fail "$NAME" "$bad"
+}
+
+if [ "$ivt_role" = bench ]; then
+    # The route figures (benchmarks/guest-routes.sh): ivshm-osu latency and
+    # bw, each in one job over the four guests, for the pair on one host
+    # (ranks 0,1: vm1, vm2) and the pair across hosts (ranks 0,2: vm1, vm3).
+    # Lines "BENCH setup pair bench bytes value" go to the console.
+    OSU="/opt/ivt/ivshm-osu"
+    osu() { # SETUP PAIR BENCH MPIRUN-ARGS...
+        setup=$1 pair=$2 b=$3; shift 3
+        case $b in latency) o="-m 65536 -i 40 -r 3" ;; *) o="-m 262144 -i 2 -r 3" ;; esac
+        timeout 900 $MPIRUN $ALL "$@" $OSU "$b" $o -P "$pair" >/tmp/osu.out 2>&1 ||
+            { fail "bench-$setup-$b-$pair" "exit $?"; sed 's/^/    /' /tmp/osu.out | tail -20; return; }
+        awk -v s="$setup" -v p="$pair" -v b="$b" '/^[0-9]/ { print "BENCH", s, p, b, $1, $2 }' /tmp/osu.out
+        pass "bench-$setup-$b-$pair"
+    }
+    for b in latency bw; do
+        osu routes 0,1 "$b"                                     # region
+        osu routes 0,2 "$b"                                     # verbs
+        osu verbs-only 0,1 "$b" --mca btl_ivshmem_region none   # verbs loopback on one host
+        osu tcp 0,2 "$b" --mca btl self,vader,tcp               # tcp across hosts
+        osu tcp 0,1 "$b" --mca btl self,vader,tcp               # tcp on one host
+    done
+    echo "IVT-END"
+    echo o > /proc/sysrq-trigger
+    sleep 10
+fi
+
+echo "== mixed job: vm1+vm2 share region A, vm3+vm4 region B, hosts over soft-RoCE"
+t0=$(date +%s)
+job /tmp/mixed.out timeout 900 $MPIRUN $ALL --mca btl_ivshmem_stats 1 /opt/ivt/mpi_routes check
+[ $rc = 0 ] && pass mixed-job || fail mixed-job "mpirun exit $rc"
+n=$(grep -c '^IVT-PASS mpi-' /tmp/mixed.out)
+[ "$n" = 5 ] && pass mixed-checked-parts || fail mixed-checked-parts "$n of 5 parts passed"
+OUT=/tmp/mixed.out NAME=mixed-routes CROSS=verbs routes_are
+grep -q "^IVT-PASS mpi-large-4MiB" /tmp/mixed.out && pass mixed-large || fail mixed-large "no checked 4 MiB exchange"
+echo "   ($(($(date +%s) - t0)) s)"
+
+echo "== fault: a rank killed mid-transfer over verbs; a job beside it goes on"
+t0=$(date +%s)
+timeout 900 $MPIRUN --host vm2,vm4 -np 2 --map-by node /opt/ivt/mpi_routes stream 300 >/tmp/beside.out 2>&1 &
+beside=$!
+job /tmp/victim.out timeout 300 $MPIRUN --host vm1,vm3 -np 2 --map-by node /opt/ivt/mpi_routes victim
+t1=$(($(date +%s) - t0))
+if [ $rc != 0 ] && [ $rc != 124 ] && grep -q "killed mid-stream" /tmp/victim.out; then
+    pass "victim-job-ends (exit $rc after $t1 s)"
+else
+    fail victim-job-ends "mpirun exit $rc after $t1 s (124: it hung)"
+fi
+wait $beside
+rc=$?
+show /tmp/beside.out
+if [ $rc = 0 ] && grep -q "^IVT-PASS mpi-stream" /tmp/beside.out; then
+    pass job-beside-unaffected
+else
+    fail job-beside-unaffected "mpirun exit $rc"
+fi
+echo "   ($(($(date +%s) - t0)) s)"
+
+echo "== no RDMA device on one host: one message, and the job runs over tcp"
+t0=$(date +%s)
+for h in vm3 vm4; do ssh "$h" rdma link delete rxe0; done
+job /tmp/nordma.out timeout 900 $MPIRUN $ALL --mca btl self,vader,ivshmem,tcp --mca btl_ivshmem_stats 1 \
+    /opt/ivt/mpi_routes check
+[ $rc = 0 ] && pass nordma-job || fail nordma-job "mpirun exit $rc"
+n=$(grep -c "cannot be used on this VM" /tmp/nordma.out)
+[ "$n" = 1 ] && pass nordma-one-message || fail nordma-one-message "$n messages"
+grep -q "Problem: no usable RDMA device" /tmp/nordma.out && pass nordma-says-why ||
+    fail nordma-says-why "the message does not name the cause"
+OUT=/tmp/nordma.out NAME=nordma-routes CROSS= routes_are
+echo "   ($(($(date +%s) - t0)) s)"
+
+echo "IVT-END"
+echo o > /proc/sysrq-trigger
+sleep 10

@@ -1,0 +1,172 @@
+#!/bin/sh
+# MPI jobs in real guests, over both routes of the component: four QEMU
+# guests (Debian 12 root file system with Open MPI, dropbear and soft-RoCE,
+# Debian's 6.1 kernel, TCG) on one Ethernet segment, as two "hosts":
+#   vm1, vm2 map region A;  vm3, vm4 map region B.
+# One mpirun over the four (no tcp BTL) must use the region between the
+# guests of a host and verbs between hosts; then a rank is killed in the
+# middle of a verbs transfer; then one host loses its RDMA device (see
+# mpi-guest-init.sh for every check).
+#
+# Needs root (a network namespace of its own with a bridge and tap
+# devices: nothing leaves the machine), qemu-system-x86_64, debootstrap and
+# Debian's archive (the root file system is built once into
+# $IVSHM_MPI_ROOTFS). Skips (77) without them unless IVSHM_REQUIRE_GUESTS=1.
+set -u
+b=${top_builddir:-.}
+s=${top_srcdir:-.}
+b=$(cd "$b" && pwd); s=$(cd "$s" && pwd)
+kit=${IVSHM_GUEST_KIT:-/var/cache/libivshm/guest-kit}
+rootfs=${IVSHM_MPI_ROOTFS:-/var/cache/libivshm/mpi-rootfs}
+work=$(mktemp -d /tmp/ivshm-qemu-mpi.XXXXXX)
+R=/dev/shm/ivshm-qemu-mpi-$$
+ns=ivq$$
+pids=
+cleanup() {
+    for p in $pids; do kill "$p" 2>/dev/null; done
+    ip netns del "$ns" 2>/dev/null
+    rm -f "$R".*
+    [ "${IVSHM_KEEP_GUEST_LOGS:-0}" = 1 ] || rm -rf "$work"
+}
+trap cleanup EXIT
+trap "exit 1" INT TERM
+
+skip() {
+    echo "SKIP: $*"
+    [ "${IVSHM_REQUIRE_GUESTS:-0}" = 1 ] && { echo "FAIL: IVSHM_REQUIRE_GUESTS=1"; exit 1; }
+    exit 77
+}
+[ "$(id -u)" = 0 ] || skip "needs root (network namespace, tap devices)"
+command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64"
+[ -c /dev/net/tun ] || skip "no /dev/net/tun"
+so=$b/mpi-plugin/.libs/mca_btl_ivshmem.so
+[ -f "$so" ] || skip "the MPI component was not built"
+nm -D "$so" | grep -q rdma_create_id || skip "the component was built without its verbs route"
+command -v mpicc >/dev/null || skip "no mpicc"
+sh "$s/tests/qemu/guest-kit.sh" "$kit" || skip "no guest kernel kit (apt-get update first?)"
+sh "$s/tests/qemu/mpi-rootfs.sh" "$rootfs" || skip "no MPI guest root file system (debootstrap)"
+kver=$(cat "$kit/kver")
+
+echo "== building ivshmem.ko and the test program"
+sh "$s/tests/qemu/build-module.sh" "$kit" "$s" "$work/mod" || exit 1
+mpicc -O2 -Wall -Wextra -Werror -o "$work/mpi_routes" "$s/tests/qemu/mpi_routes.c" ||
+    { echo "FAIL: mpi_routes build"; exit 1; }
+mpicc -O2 -o "$work/ivshm-osu" "$s/benchmarks/ivshm_osu.c" || { echo "FAIL: ivshm-osu build"; exit 1; }
+
+echo "== the initramfs ($kver)"
+root=$work/root
+cp -a "$rootfs" "$root"
+# the kernel modules the guests load, with what they depend on
+mods=$kit/root/lib/modules/$kver
+[ -s "$mods/modules.dep" ] || depmod -b "$kit/root" "$kver" || { echo "FAIL: depmod of the kit"; exit 1; }
+need="e1000 crc32_generic rdma_rxe ib_uverbs rdma_ucm"
+list=
+while [ -n "$need" ]; do
+    next=
+    for m in $need; do
+        f=$(sed -n "s|^\(\(.*/\)\?$m\.ko[^:]*\):.*|\1|p" "$mods/modules.dep" | head -n1)
+        [ -n "$f" ] || { echo "FAIL: module $m not in $kver"; exit 1; }
+        case " $list " in *" $f "*) continue ;; esac
+        list="$list $f"
+        for d in $(sed -n "s|^$f: *||p" "$mods/modules.dep"); do
+            next="$next $(basename "$d" | sed 's/\.ko.*//')"
+        done
+    done
+    need=$next
+done
+for f in $list; do
+    mkdir -p "$root/lib/modules/$kver/$(dirname "$f")"
+    cp "$mods/$f" "$root/lib/modules/$kver/$f"
+done
+cp "$mods"/modules.order "$mods"/modules.builtin* "$root/lib/modules/$kver/" 2>/dev/null
+depmod -b "$root" "$kver" || { echo "FAIL: depmod"; exit 1; }
+# the component where Debian's Open MPI looks for it, its help file, and the
+# aggregate parameter set users give to mpirun -am
+comp=$root/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
+cp "$so" "$b/mpi-plugin/.libs/mca_mpool_ivshmem.so" "$comp/"
+mkdir -p "$root/usr/share/openmpi/amca-param-sets"
+cp "$s/mpi-plugin/help-mpi-btl-ivshmem.txt" "$root/usr/share/openmpi/"
+cp "$s/mpi-plugin/amca-param-sets/ivshmem" "$root/usr/share/openmpi/amca-param-sets/ivshmem"
+mkdir -p "$root/opt/ivt"
+cp "$work/mod/ivshmem.ko" "$work/mpi_routes" "$work/ivshm-osu" "$root/opt/ivt/"
+cp "$s/tests/qemu/mpi-guest-init.sh" "$root/init"
+chmod +x "$root/init"
+# one key for root on every guest; no host key checks on a private segment
+mkdir -p "$root/root/.ssh"
+ssh-keygen -q -t ed25519 -N "" -f "$root/root/.ssh/id_ed25519" || { echo "FAIL: ssh-keygen"; exit 1; }
+cp "$root/root/.ssh/id_ed25519.pub" "$root/root/.ssh/authorized_keys"
+cp "$root/root/.ssh/id_ed25519" "$work/id"  # to look into a guest while it runs
+printf 'Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n' \
+    > "$root/root/.ssh/config"
+chmod 700 "$root/root/.ssh"; chmod 600 "$root/root/.ssh/"*
+# a host key made here: generating one under TCG at the first login takes
+# minutes
+mkdir -p "$root/etc/dropbear"
+chroot "$root" dropbearkey -t ed25519 -f /etc/dropbear/dropbear_ed25519_host_key >/dev/null 2>&1 ||
+    { echo "FAIL: dropbearkey"; exit 1; }
+printf '127.0.0.1 localhost\n' > "$root/etc/hosts"
+for i in 1 2 3 4; do printf '10.77.0.%d vm%d\n' "$i" "$i" >> "$root/etc/hosts"; done
+(cd "$root" && find . | cpio -o -H newc 2>/dev/null) > "$work/initrd"
+rm -rf "$root"
+echo "   initramfs: $(($(stat -c %s "$work/initrd") / 1048576)) MB"
+
+# ---- one Ethernet segment in a namespace of our own ----
+ip netns add "$ns" || skip "cannot create a network namespace"
+ip -n "$ns" link add br0 type bridge
+ip -n "$ns" link set br0 up
+for i in 1 2 3 4; do
+    ip -n "$ns" tuntap add "tap$i" mode tap
+    ip -n "$ns" link set "tap$i" master br0
+    ip -n "$ns" link set "tap$i" up
+done
+
+IVSHM="$b/libivshm/tools/ivshm"
+for r in A B; do
+    "$IVSHM" format "file:$R.$r" --size 64M >/dev/null || { echo "FAIL: format"; exit 1; }
+done
+
+# guest N REGION ROLE: boots vmN in the namespace, its console in $work/vmN.log
+guest() {
+    n=$1 reg=$2 role=$3
+    ip netns exec "$ns" timeout 1500 qemu-system-x86_64 -machine pc,accel=tcg -cpu max \
+        -m 1024 -smp 1 -nodefaults -display none -no-reboot -monitor none \
+        -serial "file:$work/vm$n.log" \
+        -kernel "$kit/vmlinux" -initrd "$work/initrd" \
+        -append "console=ttyS0 panic=-1 loglevel=4 rdinit=/init ivt_name=vm$n ivt_ip=10.77.0.$n ivt_role=$role" \
+        -netdev "tap,id=n0,ifname=tap$n,script=no,downscript=no" \
+        -device "e1000,netdev=n0,mac=52:54:00:77:00:0$n" \
+        -object "memory-backend-file,id=m0,share=on,mem-path=$R.$reg,size=64M" \
+        -device ivshmem-plain,memdev=m0,addr=4 \
+        >"$work/vm$n.qemu" 2>&1 &
+    pids="$pids $!"
+}
+
+echo "== four guests: vm1+vm2 on region A, vm3+vm4 on region B"
+t0=$(date +%s)
+guest 2 A member
+guest 3 B member
+guest 4 B member
+# IVSHM_GUEST_ROLE=bench: the route benchmarks instead of the checks
+# (benchmarks/guest-routes.sh), the lead's console kept in $IVSHM_BENCH_LOG
+guest 1 A "${IVSHM_GUEST_ROLE:-lead}"
+lead=${pids##* }
+wait "$lead"
+echo "   ($(($(date +%s) - t0)) s)"
+
+pass=0 fail=0
+log=$work/vm1.log
+[ -n "${IVSHM_BENCH_LOG:-}" ] && cp "$log" "$IVSHM_BENCH_LOG"
+grep -E '^(IVT-|==|    |   \()' "$log" | grep -v '^IVT-READY' | sed 's/^/   [vm1] /'
+pass=$(grep -c '^IVT-PASS' "$log")
+fail=$(grep -c '^IVT-FAIL' "$log")
+for n in 2 3 4; do
+    f=$(grep -c '^IVT-FAIL' "$work/vm$n.log")
+    [ "$f" = 0 ] || { grep '^IVT-FAIL' "$work/vm$n.log" | sed "s/^/   [vm$n] /"; fail=$((fail + f)); }
+done
+if ! grep -q '^IVT-END' "$log"; then
+    fail=$((fail + 1))
+    echo "FAIL: the lead guest did not finish; its console:"
+    tail -60 "$log"; cat "$work/vm1.qemu"
+fi
+echo "test_qemu_mpi: $pass passed, $fail failed"
+[ "$fail" -eq 0 ] && [ "$pass" -ge 10 ]
