@@ -237,8 +237,9 @@ static int verbs_sendi(struct mca_btl_base_module_t *btl,
     if (total > btl->btl_eager_limit || vc->state != VC_CONNECTED ||
         !opal_list_is_empty(&vc->pending) || vc->credits <= 1 ||
         vc->sq_used >= vc->sq_depth) {
-        /* not now: ob1 sends through the descriptor it gets back (without
-         * one it would park the request until some other send completes) */
+        /* not now: ob1 sends through the descriptor it gets back, and our
+         * send starts the connection (a request ob1 parked would only
+         * come back here, and never connect) */
         if (descriptor)
             *descriptor = verbs_alloc(btl, endpoint, order, total, flags);
         return OPAL_ERR_OUT_OF_RESOURCE;
