@@ -62,7 +62,7 @@ ivshm_status_t ivshm__fail_errno(int err, const char *what, const char *path)
         return ivshm__fail(
             IVSHM_ERR_PERM,
             "%s %s: %s; give this user access: in a guest install the udev "
-            "rule (guest-driver/99-ivshmem.rules, group 'ivshmem') or run "
+            "rule (guest-driver/60-ivshmem.rules, group 'ivshmem') or run "
             "'chmod 0660 %s' and 'chgrp ivshmem %s'; on a host check the "
             "file's owner and mode",
             what, path, strerror(err), path, path);

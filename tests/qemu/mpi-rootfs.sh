@@ -4,11 +4,12 @@
 # launcher's ssh), and the verbs stack for soft-RoCE. Nothing is installed
 # on the host; the tree is cached in ROOTFS_DIR and rebuilt only when the
 # package list below changes.
-# Usage: mpi-rootfs.sh ROOTFS_DIR        (~3 min and ~100 MB downloaded once)
+# Usage: mpi-rootfs.sh ROOTFS_DIR [EXTRA_PACKAGES]
+#   (~3 min and ~100 MB downloaded once per package list)
 set -eu
-dir=${1:?usage: mpi-rootfs.sh ROOTFS_DIR}
+dir=${1:?usage: mpi-rootfs.sh ROOTFS_DIR [EXTRA_PACKAGES]}
 PKGS="openmpi-bin libopenmpi3 dropbear-bin openssh-client iproute2 kmod
-      ibverbs-providers libibverbs1 librdmacm1 ibverbs-utils procps"
+      ibverbs-providers libibverbs1 librdmacm1 ibverbs-utils procps ${2:-}"
 want=$(echo $PKGS | tr ' ' '\n' | sort | tr '\n' ' ')
 [ -f "$dir/.ivshm-rootfs" ] && [ "$(cat "$dir/.ivshm-rootfs")" = "$want" ] && exit 0
 

@@ -26,11 +26,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-skip() {
-    echo "SKIP: $*"
-    [ "${IVSHM_REQUIRE_GUESTS:-0}" = 1 ] && { echo "FAIL: IVSHM_REQUIRE_GUESTS=1"; exit 1; }
-    exit 77
-}
+. "$s/tests/qemu/guest-lib.sh"
 command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64"
 [ -x /bin/busybox ] || skip "no busybox (busybox-static)"
 sh "$s/tests/qemu/guest-kit.sh" "$kit" || skip "no guest kernel kit (apt-get update first?)"

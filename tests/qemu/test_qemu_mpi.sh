@@ -31,11 +31,7 @@ cleanup() {
 trap cleanup EXIT
 trap "exit 1" INT TERM
 
-skip() {
-    echo "SKIP: $*"
-    [ "${IVSHM_REQUIRE_GUESTS:-0}" = 1 ] && { echo "FAIL: IVSHM_REQUIRE_GUESTS=1"; exit 1; }
-    exit 77
-}
+. "$s/tests/qemu/guest-lib.sh"
 [ "$(id -u)" = 0 ] || skip "needs root (network namespace, tap devices)"
 command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64"
 [ -c /dev/net/tun ] || skip "no /dev/net/tun"
@@ -82,10 +78,8 @@ cp "$mods"/modules.order "$mods"/modules.builtin* "$root/lib/modules/$kver/" 2>/
 depmod -b "$root" "$kver" || { echo "FAIL: depmod"; exit 1; }
 # the component where Debian's Open MPI looks for it, its help file, and the
 # aggregate parameter set users give to mpirun -am
-comp=$root/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
-cp "$so" "$b/mpi-plugin/.libs/mca_mpool_ivshmem.so" "$comp/"
+install_mpi_component "$root" "$b" "$s"
 mkdir -p "$root/usr/share/openmpi/amca-param-sets"
-cp "$s/mpi-plugin/help-mpi-btl-ivshmem.txt" "$root/usr/share/openmpi/"
 cp "$s/mpi-plugin/amca-param-sets/ivshmem" "$root/usr/share/openmpi/amca-param-sets/ivshmem"
 mkdir -p "$root/opt/ivt"
 cp "$work/mod/ivshmem.ko" "$work/mpi_routes" "$work/ivshm-osu" "$root/opt/ivt/"

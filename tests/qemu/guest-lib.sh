@@ -1,0 +1,16 @@
+# Sourced by the QEMU guest tests (tests/qemu/test_*.sh): what they share.
+
+# skip WHY: exit 77 (skipped), or fail where guests are required
+skip() {
+    echo "SKIP: $*"
+    [ "${IVSHM_REQUIRE_GUESTS:-0}" = 1 ] && { echo "FAIL: IVSHM_REQUIRE_GUESTS=1"; exit 1; }
+    exit 77
+}
+
+# install_mpi_component ROOT BUILD SRC: the component where Debian's Open
+# MPI looks for it in the guest's root file system, with its help file
+install_mpi_component() {
+    cp "$2/mpi-plugin/.libs/mca_btl_ivshmem.so" "$2/mpi-plugin/.libs/mca_mpool_ivshmem.so" \
+        "$1/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/"
+    cp "$3/mpi-plugin/help-mpi-btl-ivshmem.txt" "$1/usr/share/openmpi/"
+}
