@@ -83,7 +83,7 @@ ivshm_status_t ivshm_region_endpoints(ivshm_region_t *r, ivshm_ep_visit_fn fn,
             uint32_t db = atomic_load(&dir[i].doorbell);
             if (db & DB_VALID)
                 s.doorbell_vector = (int32_t)DB_VEC(db);
-            fn(arg, ji.key, i, dir[i].pid, &s);
+            fn(arg, ji.key, i, __atomic_load_n(&dir[i].pid, __ATOMIC_RELAXED), &s);
         }
     }
     return IVSHM_OK;

@@ -120,7 +120,7 @@ ivshm_status_t ivshm__job_area(ivshm_region_t *r, uint32_t i, uint32_t gen,
 {
     struct ivshm_job_slot *s = ivshm__jobs(r, i);
     uint64_t o = atomic_load(&s->area_off);
-    uint64_t sz = s->area_size;
+    uint64_t sz = __atomic_load_n(&s->area_size, __ATOMIC_RELAXED); /* once */
     if (!ivshm__in_heap(&r->g, o, sz) || sz == 0 ||
         (o - r->g.heap_off) & ((1ull << r->g.chunk_shift) - 1))
         return ivshm__fail(IVSHM_ERR_CORRUPT,

@@ -234,8 +234,11 @@ ivshm_locality_t ivshm_peer_locality(ivshm_region_t *r,
         return IVSHM_PEER_STALE;
     struct ivshm_reg_slot *s = ivshm__reg(r, peer->slot);
     uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
-    if (w != SLOT_WORD(peer->gen, SLOT_ALIVE) || s->vm_id != peer->vm_id ||
-        s->pid != peer->pid)
+    /* single loads: another VM may rewrite the slot while we compare */
+    uint64_t vm = __atomic_load_n(&s->vm_id, __ATOMIC_RELAXED);
+    uint32_t pid = __atomic_load_n(&s->pid, __ATOMIC_RELAXED);
+    if (w != SLOT_WORD(peer->gen, SLOT_ALIVE) || vm != peer->vm_id ||
+        pid != peer->pid)
         return IVSHM_PEER_STALE;
     if (r->attached && peer->slot == r->slot && peer->gen == r->gen)
         return IVSHM_PEER_SELF;
