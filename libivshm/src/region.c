@@ -235,6 +235,42 @@ static uint32_t wait_not_formatting(struct ivshm_hdr *h)
     return s;
 }
 
+/* What a failed format undoes to a region file: the file if it made it,
+ * else the size it had. */
+struct file_undo {
+    char *path; /* NULL: not a file */
+    bool existed;
+    off_t size;
+};
+
+static void undo_note(const char *uri, struct file_undo *u)
+{
+    memset(u, 0, sizeof(*u));
+    const char *path = strncmp(uri, "file:", 5) == 0 ? uri + 5 : uri;
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        u->existed = true;
+        u->size = st.st_size;
+    } else if (errno != ENOENT) {
+        return; /* cannot tell: leave it alone */
+    }
+    u->path = strdup(path);
+}
+
+/* st: why the format failed. A region someone else holds or formats
+ * (EXISTS, BUSY) keeps whatever size it has now. */
+static void undo_apply(struct file_undo *u, ivshm_status_t st)
+{
+    if (!u->path)
+        return;
+    if (!u->existed)
+        (void)unlink(u->path);
+    else if (st != IVSHM_ERR_EXISTS && st != IVSHM_ERR_BUSY)
+        (void)truncate(u->path, u->size);
+    free(u->path);
+    u->path = NULL;
+}
+
 ivshm_status_t ivshm_format(const char *uri, const ivshm_format_opts_t *o)
 {
     ivshm_format_opts_t def;
@@ -251,10 +287,16 @@ ivshm_status_t ivshm_format(const char *uri, const ivshm_format_opts_t *o)
                            "chunk size %u is not a power of two >= 4096",
                            o->chunk_size);
     bool is_file = uri && (strncmp(uri, "file:", 5) == 0 || uri[0] == '/');
+    /* a format that fails leaves no file it made, and no size it set */
+    struct file_undo undo = {0};
+    if (is_file)
+        undo_note(uri, &undo);
     ivshm_region_t *r;
     ivshm_status_t st = map_region(uri, false, is_file, o->size, &r);
-    if (st != IVSHM_OK)
+    if (st != IVSHM_OK) {
+        undo_apply(&undo, st);
         return st;
+    }
     if (is_file) {
         struct statfs sfs;
         bool huge = fstatfs(r->fd, &sfs) == 0 && sfs.f_type == HUGETLBFS_MAGIC;
@@ -350,6 +392,9 @@ ivshm_status_t ivshm_format(const char *uri, const ivshm_format_opts_t *o)
     st = IVSHM_OK;
 out:
     unmap_region(r);
+    if (st != IVSHM_OK)
+        undo_apply(&undo, st);
+    free(undo.path);
     return st;
 }
 

@@ -6,7 +6,7 @@ b=${top_builddir:-.}
 IVSHM="$b/libivshm/tools/ivshm"
 R=/dev/shm/ivshm-cli-test-$$
 pass=0 fail=0
-cleanup() { rm -f "$R" "$R.small" "$R.zero"; }
+cleanup() { rm -f "$R" "$R.small" "$R.zero" "$R.huge" "$R.keep"; }
 trap cleanup EXIT
 
 ok() { pass=$((pass + 1)); }
@@ -54,6 +54,17 @@ expect 3 "missing file" "$IVSHM" info file:/dev/shm/ivshm-does-not-exist
 contains "does-not-exist"
 expect 2 "bad URI" "$IVSHM" info nonsense
 expect 7 "too small" "$IVSHM" format "file:$R.small" --size 64K
+# a format that fails leaves nothing behind: no file it created, and an
+# existing file keeps its size (it was a 90 TB sparse file once)
+"$IVSHM" format "file:$R.huge" --size 99999999999999 >/tmp/ivshm-cli-out.$$ 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ ! -e "$R.huge" ]; then ok; else bad "failed format left $R.huge (exit $rc)"; ls -l "$R.huge"; fi
+head -c 3145728 /dev/zero > "$R.keep"
+"$IVSHM" format "file:$R.keep" --size 99999999999999 >/tmp/ivshm-cli-out.$$ 2>&1
+rc=$?
+size=$(stat -c %s "$R.keep")
+if [ $rc -ne 0 ] && [ "$size" = 3145728 ]; then ok; else bad "failed format resized $R.keep to $size (exit $rc)"; fi
+expect 0 "format after a failed one" "$IVSHM" format "file:$R.keep"
 head -c 65536 /dev/zero > "$R.small"
 expect 7 "too small on open" "$IVSHM" info "file:$R.small"
 head -c 2097152 /dev/zero > "$R.zero"
