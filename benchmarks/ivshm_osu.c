@@ -4,16 +4,22 @@
  *
  *   ivshm-osu BENCH [-m MAXBYTES] [-i ITERS] [-r REPEATS]
  *   BENCH: latency bw bibw mlat put get putbw getbw allreduce bcast
- *          allgather alltoall
+ *          allgather alltoall mtrate
  *
  * Prints "bytes value" lines (latency in us one-way / per operation,
  * bandwidth in MB/s); each value is the median of REPEATS runs of ITERS.
  * -a: the buffers come from MPI_Alloc_mem.
+ * -T: MPI_THREAD_MULTIPLE (what a hybrid code asks for), one thread.
+ * mtrate -t N: N threads per rank (MPI_THREAD_MULTIPLE), thread k of rank
+ *   0 ping-pongs with thread k of rank 1 on tag k; prints the aggregate
+ *   message rate (millions of messages per second, both directions).
  * -P A,B: latency, bw and bibw between ranks A and B of a larger job (the
  *   others wait): one job measures pairs on one host and across hosts,
  *   e.g. ranks 0,1 in two VMs of one host and 0,2 on another host.
  */
 #include <mpi.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +27,7 @@
 
 static int rank, size, iters = 0, repeats = 7, use_alloc_mem;
 static int pa = 0, pb = 1; /* the measured pair (-P) */
+static int nthreads = 4;     /* mtrate -t */
 static size_t maxb = 1 << 22;
 
 static int cmpd(const void *a, const void *b)
@@ -135,6 +142,44 @@ static double b_bw_common(size_t n, int it, char *s, char *r, int bi)
 static double b_bw(size_t n, int it, char *s, char *r) { return b_bw_common(n, it, s, r, 0); }
 static double b_bibw(size_t n, int it, char *s, char *r) { return b_bw_common(n, it, s, r, 1); }
 
+/* mtrate: each thread ping-pongs on its own tag */
+struct mt_arg {
+    size_t n;
+    int it, tag;
+    char *buf;
+};
+static void *mt_pingpong(void *p)
+{
+    struct mt_arg *a = p;
+    for (int i = 0; i < a->it; i++) {
+        if (rank == 0) {
+            MPI_Send(a->buf, (int)a->n, MPI_CHAR, 1, a->tag, MPI_COMM_WORLD);
+            MPI_Recv(a->buf, (int)a->n, MPI_CHAR, 1, a->tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else if (rank == 1) {
+            MPI_Recv(a->buf, (int)a->n, MPI_CHAR, 0, a->tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(a->buf, (int)a->n, MPI_CHAR, 0, a->tag, MPI_COMM_WORLD);
+        }
+    }
+    return NULL;
+}
+static double b_mtrate(size_t n, int it, char *s, char *r)
+{
+    (void)s;
+    (void)r;
+    pthread_t th[64];
+    struct mt_arg a[64];
+    double t0 = MPI_Wtime();
+    for (int k = 0; k < nthreads; k++) {
+        a[k] = (struct mt_arg){n, it, k, malloc(n ? n : 1)};
+        pthread_create(&th[k], NULL, mt_pingpong, &a[k]);
+    }
+    for (int k = 0; k < nthreads; k++) {
+        pthread_join(th[k], NULL);
+        free(a[k].buf);
+    }
+    return (MPI_Wtime() - t0) / ((double)it * nthreads * 2); /* s per message */
+}
+
 static MPI_Win win;
 static double b_put(size_t n, int it, char *s, char *r)
 {
@@ -223,13 +268,25 @@ static double b_alltoall(size_t n, int it, char *s, char *r)
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
+    const char *bench = argc > 1 ? argv[1] : "latency";
+    int threads = strcmp(bench, "mtrate") == 0;
+    for (int k = 2; k < argc; k++)
+        threads |= strcmp(argv[k], "-T") == 0;
+    if (threads) {
+        int provided;
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+        if (provided != MPI_THREAD_MULTIPLE) {
+            fprintf(stderr, "ivshm-osu: MPI_THREAD_MULTIPLE not provided\n");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    } else {
+        MPI_Init(&argc, &argv);
+    }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    const char *bench = argc > 1 ? argv[1] : "latency";
     int c;
     optind = 2;
-    while ((c = getopt(argc, argv, "m:i:r:aP:")) != -1) {
+    while ((c = getopt(argc, argv, "m:i:r:aP:Tt:")) != -1) {
         if (c == 'm')
             maxb = strtoull(optarg, NULL, 0);
         else if (c == 'i')
@@ -238,6 +295,8 @@ int main(int argc, char **argv)
             repeats = atoi(optarg) > 0 && atoi(optarg) <= 64 ? atoi(optarg) : 7;
         else if (c == 'a')
             use_alloc_mem = 1;
+        else if (c == 't')
+            nthreads = atoi(optarg) > 0 && atoi(optarg) <= 64 ? atoi(optarg) : 4;
         else if (c == 'P' && (sscanf(optarg, "%d,%d", &pa, &pb) != 2 ||
                               pa < 0 || pb < 0 || pa >= size || pb >= size ||
                               pa == pb)) {
@@ -268,6 +327,7 @@ int main(int argc, char **argv)
         {"allgather", b_allgather, 200, 0, 2, 1},
         {"allreduce", b_allreduce, 300, 0, 2, 0},
         {"bcast", b_bcast, 300, 0, 2, 0},       {"alltoall", b_alltoall, 200, 0, 2, 1},
+        {"mtrate", b_mtrate, 2000, 2, 2, 0},
     };
     int b = -1;
     for (size_t k = 0; k < sizeof(tab) / sizeof(tab[0]); k++)
@@ -276,9 +336,9 @@ int main(int argc, char **argv)
     if (b < 0 || size < tab[b].min_ranks) {
         if (rank == 0)
             fprintf(stderr, "usage: ivshm-osu latency|bw|bibw|mlat|put|get|"
-                            "putbw|getbw|allreduce|bcast|allgather|alltoall "
-                            "[-m MAX] [-i N] [-r R] [-a] [-P A,B] (>= 2 "
-                            "ranks)\n");
+                            "putbw|getbw|allreduce|bcast|allgather|alltoall|"
+                            "mtrate [-m MAX] [-i N] [-r R] [-a] [-P A,B] [-T] "
+                            "[-t THREADS] (>= 2 ranks)\n");
         MPI_Finalize();
         return 2;
     }
@@ -291,8 +351,10 @@ int main(int argc, char **argv)
         MPI_Win_allocate((MPI_Aint)maxb, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
     }
     if (rank == 0)
-        printf("# ivshm-osu %s, %d ranks (ranks %d and %d), %s (median of %d)\n",
-               bench, size, pa, pb, tab[b].bw ? "MB/s" : "us", repeats);
+        printf("# ivshm-osu %s, %d ranks (ranks %d and %d)%s, %s (median of %d)\n",
+               bench, size, pa, pb, threads ? ", MPI_THREAD_MULTIPLE" : "",
+               tab[b].bw == 2 ? "million messages/s" : tab[b].bw ? "MB/s" : "us",
+               repeats);
     size_t start = tab[b].fn == b_allreduce ? 4 : 1;
     for (size_t n = start; n <= maxb; n *= 2) {
         double v = median_of(tab[b].fn, n, iters_for(n, tab[b].small_iters), s, r);

@@ -21,6 +21,8 @@
 #include "opal/mca/btl/base/base.h"
 #include "opal/util/proc.h"
 
+#include <pthread.h>
+
 #include <ivshm/channel.h>
 #include <ivshm/ivshm.h>
 
@@ -84,6 +86,11 @@ typedef struct mca_btl_ivshmem_component_t {
     bool (*mem_useful)(void);        /* would region buffers serve a peer */
     void *(*mem_alloc)(size_t size); /* NULL: cannot (caller mallocs) */
     void (*mem_free)(void *ptr);
+    /* MPI_THREAD_MULTIPLE: every call into the endpoint holds this
+     * recursive lock (an ob1 callback made from our progress may send);
+     * progress only tries it. Unused, and never taken, otherwise. */
+    bool threads;
+    pthread_mutex_t lock;
     /* ob1's error callback (btl_register_error): a lost lease ends the job */
     mca_btl_base_module_error_cb_fn_t error_cb;
 } mca_btl_ivshmem_component_t;
@@ -168,6 +175,19 @@ mca_btl_ivshmem_prepare_src(struct mca_btl_base_module_t *btl,
 void mca_btl_ivshmem_event(void *arg, int kind, uint32_t peer);
 /* retries queued sends; returns how many completed */
 int mca_btl_ivshmem_progress_pending(void);
+/* MPI_THREAD_MULTIPLE: the module's entry points take the lock
+ * (btl_ivshmem_module.c); the single-threaded ones stay untouched */
+void mca_btl_ivshmem_threads_enable(void);
+#define IVSHMEM_LOCK()                                                        \
+    do {                                                                      \
+        if (mca_btl_ivshmem_component.threads)                               \
+            pthread_mutex_lock(&mca_btl_ivshmem_component.lock);             \
+    } while (0)
+#define IVSHMEM_UNLOCK()                                                      \
+    do {                                                                      \
+        if (mca_btl_ivshmem_component.threads)                               \
+            pthread_mutex_unlock(&mca_btl_ivshmem_component.lock);           \
+    } while (0)
 
 END_C_DECLS
 #endif

@@ -194,6 +194,10 @@ static int ivshmem_close(void)
     mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
     mca_btl_ivshmem_teardown();
     ivshmem_verbs_teardown();
+    if (c->threads) {
+        pthread_mutex_destroy(&c->lock);
+        c->threads = false;
+    }
     OBJ_DESTRUCT(&c->frags);
     OBJ_DESTRUCT(&c->regs);
     free(c->why_not);
@@ -365,7 +369,9 @@ static void *region_mem_alloc(size_t size)
         size <= mca_btl_ivshmem_module.super.btl_eager_limit)
         return NULL;
     uint64_t off;
+    IVSHMEM_LOCK();
     ivshm_status_t st = ivshm_alloc(c->r, size, &off);
+    IVSHMEM_UNLOCK();
     if (st != IVSHM_OK) {
         static bool said;
         if (!said)
@@ -384,9 +390,11 @@ static void region_mem_free(void *ptr)
 {
     mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
     /* no region: it is gone, and its chunks with it */
+    IVSHMEM_LOCK();
     uint64_t off = mca_btl_ivshmem_region_offset(ptr, 1);
     if (off != UINT64_MAX)
         (void)ivshm_free(c->r, off);
+    IVSHMEM_UNLOCK();
 }
 
 mca_btl_ivshmem_modex_t *mca_btl_ivshmem_modex_get(const opal_process_name_t *name)
@@ -427,18 +435,19 @@ static mca_btl_base_module_t **ivshmem_init(int *num_btls,
     mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
     (void)enable_progress_threads;
     *num_btls = 0;
-    /* an endpoint serves one thread at a time */
-    if (enable_mpi_threads) {
-        opal_output_verbose(1, c->output,
-                            "btl ivshmem: not used with MPI_THREAD_MULTIPLE");
-        return NULL;
-    }
     /* the two routes are independent: a VM without the region may still
      * reach other hosts over verbs, and one without RDMA the region */
     bool region = mca_btl_ivshmem_setup() == OPAL_SUCCESS;
+    if (region && enable_mpi_threads)
+        mca_btl_ivshmem_threads_enable(); /* MPI_THREAD_MULTIPLE */
     mca_btl_ivshmem_modex_t mx;
     memset(&mx, 0, sizeof(mx));
-    bool verbs = ivshmem_verbs_setup(job_size(), &mx.verbs) == OPAL_SUCCESS;
+    /* the verbs route serves one thread at a time */
+    bool verbs = !enable_mpi_threads &&
+                 ivshmem_verbs_setup(job_size(), &mx.verbs) == OPAL_SUCCESS;
+    if (enable_mpi_threads)
+        opal_output_verbose(1, c->output, "btl ivshmem: MPI_THREAD_MULTIPLE: "
+                                          "the region route only (no verbs)");
     if (!region && !verbs)
         return NULL;
     mx.magic = IVSHMEM_MODEX_MAGIC;
@@ -478,8 +487,14 @@ static int ivshmem_progress(void)
     int n = ivshmem_verbs_progress();
     if (!c->ep)
         return n;
+    /* MPI_THREAD_MULTIPLE: one thread consumes the queues; the others
+     * return at once instead of waiting for it */
+    if (c->threads && pthread_mutex_trylock(&c->lock) != 0)
+        return n;
     n += ivshm_ep_progress(c->ep);
     if (c->pending_frags)
         n += mca_btl_ivshmem_progress_pending();
+    if (c->threads)
+        pthread_mutex_unlock(&c->lock);
     return n;
 }

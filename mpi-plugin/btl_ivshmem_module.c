@@ -570,6 +570,78 @@ void mca_btl_ivshmem_deliver(struct mca_btl_base_module_t *btl,
 #endif
 }
 
+/* ---- MPI_THREAD_MULTIPLE ----
+ * ob1 calls from any thread. Each entry point that reaches the endpoint,
+ * its peers or our pending lists runs under the component's recursive
+ * lock: recursive because a receive callback, made by our progress under
+ * the lock, may send. Progress only tries the lock: a thread that finds it
+ * taken returns at once (another thread is progressing or sending). The
+ * wrappers are installed only for MPI_THREAD_MULTIPLE, so the single-
+ * threaded path has no lock and no test for one. */
+#define LOCKED(ret, name, params, args)                                       \
+    static ret name##_mt params                                               \
+    {                                                                         \
+        pthread_mutex_lock(&C->lock);                                         \
+        ret rc = name args;                                                   \
+        pthread_mutex_unlock(&C->lock);                                       \
+        return rc;                                                            \
+    }
+LOCKED(int, ivshmem_add_procs,
+       (struct mca_btl_base_module_t * btl, size_t nprocs,
+        struct opal_proc_t **procs, struct mca_btl_base_endpoint_t **peers,
+        struct opal_bitmap_t *reachable),
+       (btl, nprocs, procs, peers, reachable))
+LOCKED(int, ivshmem_del_procs,
+       (struct mca_btl_base_module_t * btl, size_t nprocs,
+        struct opal_proc_t **procs, struct mca_btl_base_endpoint_t **peers),
+       (btl, nprocs, procs, peers))
+LOCKED(int, ivshmem_finalize, (struct mca_btl_base_module_t * btl), (btl))
+LOCKED(int, ivshmem_send,
+       (struct mca_btl_base_module_t * btl,
+        struct mca_btl_base_endpoint_t *endpoint,
+        struct mca_btl_base_descriptor_t *des, mca_btl_base_tag_t tag),
+       (btl, endpoint, des, tag))
+LOCKED(int, ivshmem_sendi,
+       (struct mca_btl_base_module_t * btl,
+        struct mca_btl_base_endpoint_t *endpoint,
+        struct opal_convertor_t *convertor, void *header, size_t header_size,
+        size_t payload_size, uint8_t order, uint32_t flags,
+        mca_btl_base_tag_t tag, mca_btl_base_descriptor_t **descriptor),
+       (btl, endpoint, convertor, header, header_size, payload_size, order,
+        flags, tag, descriptor))
+#define LOCKED_RDMA(name)                                                     \
+    LOCKED(int, name,                                                         \
+           (struct mca_btl_base_module_t * btl,                               \
+            struct mca_btl_base_endpoint_t *endpoint, void *local_address,    \
+            uint64_t remote_address,                                          \
+            struct mca_btl_base_registration_handle_t *local_handle,          \
+            struct mca_btl_base_registration_handle_t *remote_handle,         \
+            size_t size, int flags, int order,                                \
+            mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,        \
+            void *cbdata),                                                    \
+           (btl, endpoint, local_address, remote_address, local_handle,       \
+            remote_handle, size, flags, order, cbfunc, cbcontext, cbdata))
+LOCKED_RDMA(ivshmem_get)
+LOCKED_RDMA(ivshmem_put)
+
+void mca_btl_ivshmem_threads_enable(void)
+{
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&C->lock, &a);
+    pthread_mutexattr_destroy(&a);
+    C->threads = true;
+    mca_btl_base_module_t *m = &mca_btl_ivshmem_module.super;
+    m->btl_add_procs = ivshmem_add_procs_mt;
+    m->btl_del_procs = ivshmem_del_procs_mt;
+    m->btl_finalize = ivshmem_finalize_mt;
+    m->btl_send = ivshmem_send_mt;
+    m->btl_sendi = ivshmem_sendi_mt;
+    m->btl_get = ivshmem_get_mt;
+    m->btl_put = ivshmem_put_mt;
+}
+
 mca_btl_ivshmem_module_t mca_btl_ivshmem_module = {
     .super = {
         .btl_component = &mca_btl_ivshmem_component.super,
