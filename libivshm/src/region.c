@@ -6,6 +6,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,25 +248,33 @@ static void undo_note(const char *uri, struct file_undo *u)
 {
     memset(u, 0, sizeof(*u));
     const char *path = strncmp(uri, "file:", 5) == 0 ? uri + 5 : uri;
-    struct stat st;
-    if (stat(path, &st) == 0) {
+    /* exclusive create: "we made it" holds even against a concurrent
+     * formatter of the same path */
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
+    if (fd >= 0) {
+        close(fd);
+    } else {
+        struct stat st;
+        if (errno != EEXIST || stat(path, &st) != 0)
+            return; /* cannot tell: leave it alone */
         u->existed = true;
         u->size = st.st_size;
-    } else if (errno != ENOENT) {
-        return; /* cannot tell: leave it alone */
     }
     u->path = strdup(path);
 }
 
-/* st: why the format failed. A region someone else holds or formats
- * (EXISTS, BUSY) keeps whatever size it has now. */
+/* st: why the format failed. A region another process holds or formats
+ * (EXISTS, BUSY) is left as it is: it is theirs now. */
 static void undo_apply(struct file_undo *u, ivshm_status_t st)
 {
-    if (!u->path)
+    if (!u->path || st == IVSHM_ERR_EXISTS || st == IVSHM_ERR_BUSY) {
+        free(u->path);
+        u->path = NULL;
         return;
+    }
     if (!u->existed)
         (void)unlink(u->path);
-    else if (st != IVSHM_ERR_EXISTS && st != IVSHM_ERR_BUSY)
+    else
         (void)truncate(u->path, u->size);
     free(u->path);
     u->path = NULL;
