@@ -153,8 +153,22 @@ OBJ_CLASS_DECLARATION(mca_btl_ivshmem_frag_t);
 int mca_btl_ivshmem_setup(void);
 /* the rank's modex entry, checked (free() it), or NULL */
 mca_btl_ivshmem_modex_t *mca_btl_ivshmem_modex_get(const opal_process_name_t *name);
-/* whether the region route carries the peer that published mx */
-bool mca_btl_ivshmem_region_takes(const mca_btl_ivshmem_modex_t *mx);
+/* whether the region route carries the peer that published mx; *loc (if
+ * not NULL) gets its locality */
+bool mca_btl_ivshmem_region_takes(const mca_btl_ivshmem_modex_t *mx,
+                                  ivshm_locality_t *loc);
+/* the parameters and arguments of a BTL put/get (both modules) */
+#define IVSHMEM_RDMA_PARAMS                                                   \
+    struct mca_btl_base_module_t *btl,                                        \
+        struct mca_btl_base_endpoint_t *endpoint, void *local_address,        \
+        uint64_t remote_address,                                              \
+        struct mca_btl_base_registration_handle_t *local_handle,              \
+        struct mca_btl_base_registration_handle_t *remote_handle,             \
+        size_t size, int flags, int order,                                    \
+        mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext, void *cbdata
+#define IVSHMEM_RDMA_ARGS                                                     \
+    btl, endpoint, local_address, remote_address, local_handle,               \
+        remote_handle, size, flags, order, cbfunc, cbcontext, cbdata
 /* offset of [p, p + len) in our mapping of the region, UINT64_MAX when it
  * is not wholly inside (or no region is mapped) */
 uint64_t mca_btl_ivshmem_region_offset(const void *p, size_t len);

@@ -419,12 +419,15 @@ mca_btl_ivshmem_modex_t *mca_btl_ivshmem_modex_get(const opal_process_name_t *na
     return mx;
 }
 
-bool mca_btl_ivshmem_region_takes(const mca_btl_ivshmem_modex_t *mx)
+bool mca_btl_ivshmem_region_takes(const mca_btl_ivshmem_modex_t *mx,
+                                  ivshm_locality_t *locp)
 {
     mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
-    if (!c->ep || !(mx->flags & IVSHMEM_MODEX_REGION))
-        return false;
-    ivshm_locality_t loc = ivshm_peer_locality(c->r, &mx->id);
+    ivshm_locality_t loc = IVSHM_PEER_REMOTE;
+    if (c->ep && (mx->flags & IVSHMEM_MODEX_REGION))
+        loc = ivshm_peer_locality(c->r, &mx->id);
+    if (locp)
+        *locp = loc;
     return loc == IVSHM_PEER_OTHER_VM || (loc == IVSHM_PEER_SAME_VM && c->same_vm);
 }
 

@@ -50,8 +50,8 @@ static int ivshmem_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
             free(mx);
             continue;
         }
-        ivshm_locality_t loc = ivshm_peer_locality(C->r, &mx->id);
-        bool take = mca_btl_ivshmem_region_takes(mx);
+        ivshm_locality_t loc;
+        bool take = mca_btl_ivshmem_region_takes(mx, &loc);
         uint32_t peer = 0;
         if (take) {
             ivshm_status_t st =
@@ -474,14 +474,7 @@ static int rdma_copy(struct mca_btl_base_module_t *btl,
 }
 
 #define IVSHMEM_RDMA_FN(name, put)                                            \
-    static int name(struct mca_btl_base_module_t *btl,                        \
-                    struct mca_btl_base_endpoint_t *endpoint,                 \
-                    void *local_address, uint64_t remote_address,             \
-                    struct mca_btl_base_registration_handle_t *local_handle,  \
-                    struct mca_btl_base_registration_handle_t *remote_handle, \
-                    size_t size, int flags, int order,                        \
-                    mca_btl_base_rdma_completion_fn_t cbfunc,                 \
-                    void *cbcontext, void *cbdata)                            \
+    static int name(IVSHMEM_RDMA_PARAMS)                                      \
     {                                                                         \
         (void)flags;                                                          \
         (void)order;                                                          \
@@ -609,20 +602,8 @@ LOCKED(int, ivshmem_sendi,
         mca_btl_base_tag_t tag, mca_btl_base_descriptor_t **descriptor),
        (btl, endpoint, convertor, header, header_size, payload_size, order,
         flags, tag, descriptor))
-#define LOCKED_RDMA(name)                                                     \
-    LOCKED(int, name,                                                         \
-           (struct mca_btl_base_module_t * btl,                               \
-            struct mca_btl_base_endpoint_t *endpoint, void *local_address,    \
-            uint64_t remote_address,                                          \
-            struct mca_btl_base_registration_handle_t *local_handle,          \
-            struct mca_btl_base_registration_handle_t *remote_handle,         \
-            size_t size, int flags, int order,                                \
-            mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,        \
-            void *cbdata),                                                    \
-           (btl, endpoint, local_address, remote_address, local_handle,       \
-            remote_handle, size, flags, order, cbfunc, cbcontext, cbdata))
-LOCKED_RDMA(ivshmem_get)
-LOCKED_RDMA(ivshmem_put)
+LOCKED(int, ivshmem_get, (IVSHMEM_RDMA_PARAMS), (IVSHMEM_RDMA_ARGS))
+LOCKED(int, ivshmem_put, (IVSHMEM_RDMA_PARAMS), (IVSHMEM_RDMA_ARGS))
 
 void mca_btl_ivshmem_threads_enable(void)
 {

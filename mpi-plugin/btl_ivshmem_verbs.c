@@ -94,7 +94,6 @@ ivshmem_verbs_conn_t *ivshmem_verbs_conn_new(struct mca_btl_base_endpoint_t *ep,
     vc->ep = ep;
     vc->addr = *addr;
     vc->state = VC_IDLE;
-    vc->rq_depth = V->rq_depth;
     OBJ_CONSTRUCT(&vc->pending, opal_list_t);
     return vc;
 }
@@ -146,7 +145,7 @@ static int post_recv(ivshmem_verbs_conn_t *vc, uint32_t idx)
 
 static int post_all_recvs(ivshmem_verbs_conn_t *vc)
 {
-    for (uint32_t i = 0; i < vc->rq_depth; i++)
+    for (uint32_t i = 0; i < V->rq_depth; i++)
         if (post_recv(vc, i) != 0)
             return -1;
     return 0;
@@ -179,19 +178,18 @@ static int make_qp(ivshmem_verbs_conn_t *vc, struct rdma_cm_id *id)
             return -1;
     }
     V->qps++;
-    vc->sq_depth = V->sq_depth;
     vc->max_inline = qa.cap.max_inline_data;
     if (!vc->rbuf) {
-        size_t bytes = (size_t)vc->rq_depth * V->self.buf_size;
+        size_t bytes = (size_t)V->rq_depth * V->self.buf_size;
         if (posix_memalign((void **)&vc->rbuf, 4096, bytes) != 0) {
             vc->rbuf = NULL;
             return -1;
         }
-        vc->rslots = calloc(vc->rq_depth, sizeof(*vc->rslots));
+        vc->rslots = calloc(V->rq_depth, sizeof(*vc->rslots));
         vc->rmr = ibv_reg_mr(V->pd, vc->rbuf, bytes, IBV_ACCESS_LOCAL_WRITE);
         if (!vc->rslots || !vc->rmr)
             return -1;
-        for (uint32_t i = 0; i < vc->rq_depth; i++) {
+        for (uint32_t i = 0; i < V->rq_depth; i++) {
             vc->rslots[i].wr.kind = VWR_RECV;
             vc->rslots[i].conn = vc;
             vc->rslots[i].idx = i;
@@ -242,7 +240,7 @@ static void start_connect(ivshmem_verbs_conn_t *vc)
 static bool can_send(const ivshmem_verbs_conn_t *vc)
 {
     return vc->state == VC_CONNECTED && vc->credits > 1 &&
-           vc->sq_used < vc->sq_depth;
+           vc->sq_used < V->sq_depth;
 }
 
 static int do_post(ivshmem_verbs_conn_t *vc, ivshmem_verbs_frag_t *f)
@@ -274,8 +272,8 @@ static int do_post(ivshmem_verbs_conn_t *vc, ivshmem_verbs_frag_t *f)
  * data message goes back to carry them. It may spend the last credit. */
 static void maybe_send_credits(ivshmem_verbs_conn_t *vc)
 {
-    if (vc->state != VC_CONNECTED || vc->owed < vc->rq_depth / 2 ||
-        vc->credits < 1 || vc->sq_used >= vc->sq_depth ||
+    if (vc->state != VC_CONNECTED || vc->owed < V->rq_depth / 2 ||
+        vc->credits < 1 || vc->sq_used >= V->sq_depth ||
         !opal_list_is_empty(&vc->pending))
         return;
     ivshmem_verbs_frag_t *f = (ivshmem_verbs_frag_t *)opal_free_list_get(&V->frags);
@@ -560,7 +558,7 @@ static void on_recv(ivshmem_verbs_rslot_t *s, uint32_t byte_len)
                       hd.len, (unsigned)(byte_len - sizeof(hd)));
             return;
         }
-        ivshmem_verbs_deliver(vc, h, byte_len);
+        ivshmem_verbs_deliver(vc, &hd, (void *)(h + 1));
     }
     if (vc->state != VC_CONNECTED)
         return;

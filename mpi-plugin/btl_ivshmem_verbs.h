@@ -105,8 +105,7 @@ typedef struct ivshmem_verbs_conn_t {
     uint64_t started_ns;           /* when connecting began */
     int32_t credits;               /* peer's receive buffers we may use */
     uint32_t owed;                 /* reposted here, not yet told */
-    uint32_t sq_used, sq_depth, max_inline;
-    uint32_t rq_depth;
+    uint32_t sq_used, max_inline;    /* depths: ivshmem_verbs.sq/rq_depth */
     char *rbuf;                    /* rq_depth receive buffers */
     struct ibv_mr *rmr;
     ivshmem_verbs_rslot_t *rslots;
@@ -157,7 +156,6 @@ typedef struct ivshmem_verbs_t {
     unsigned rq_depth, sq_depth; /* the parameters, clamped */
     struct rdma_event_channel *ech;
     struct rdma_cm_id *listen_id;
-    struct ibv_context *ctx;
     struct ibv_pd *pd;
     struct ibv_cq *cq;
     int cq_size;
@@ -169,7 +167,6 @@ typedef struct ivshmem_verbs_t {
     char devname[64];
     ivshmem_verbs_conn_t **conns; /* by vpid */
     uint32_t nconns;
-    uint32_t reached;
     unsigned progress_calls;
     uint32_t connecting;      /* conns not yet connected */
     uint32_t qps;             /* queue pairs that exist (CQ size, polling) */
@@ -203,8 +200,9 @@ void ivshmem_verbs_fatal(struct mca_btl_base_endpoint_t *ep, const char *what);
  * yet (Open MPI adds peers on first use). NULL, with *why, when the rank
  * is not one for this route. */
 ivshmem_verbs_conn_t *ivshmem_verbs_conn_for(uint32_t vpid, const char **why);
-void ivshmem_verbs_deliver(ivshmem_verbs_conn_t *vc, const ivshmem_verbs_hdr_t *h,
-                           uint32_t byte_len);
+/* hd: the header, checked; data: the payload in our receive buffer */
+void ivshmem_verbs_deliver(ivshmem_verbs_conn_t *vc, const ivshmem_verbs_hdr_t *hd,
+                           void *data);
 void ivshmem_verbs_send_done(ivshmem_verbs_frag_t *f, int status);
 void ivshmem_verbs_rdma_done(ivshmem_verbs_frag_t *f, int status);
 int ivshmem_verbs_frag_lkey(ivshmem_verbs_frag_t *f);

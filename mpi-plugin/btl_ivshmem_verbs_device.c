@@ -313,7 +313,6 @@ int ivshmem_verbs_setup(uint32_t nprocs, ivshmem_verbs_addr_t *addr)
     V->cq_size = da.max_cqe < 4096 ? da.max_cqe : 4096;
     if (!(V->cq = ibv_create_cq(ctx, V->cq_size, NULL, NULL, 0)))
         return step_aside("ibv_create_cq", strerror(errno));
-    V->ctx = ctx;
 
     mca_rcache_base_resources_t res;
     memset(&res, 0, sizeof(res));
@@ -388,7 +387,6 @@ void ivshmem_verbs_teardown(void)
         V->conns = NULL;
     }
     V->nconns = 0;
-    V->reached = 0;
     V->connecting = 0;
     if (V->frags_ready) {
         OBJ_DESTRUCT(&V->frags);
@@ -415,5 +413,4 @@ void ivshmem_verbs_teardown(void)
         rdma_destroy_event_channel(V->ech);
         V->ech = NULL;
     }
-    V->ctx = NULL;
 }

@@ -41,7 +41,7 @@ ivshmem_verbs_conn_t *ivshmem_verbs_conn_for(uint32_t vpid, const char **why)
     size_t need = sizeof(ivshmem_verbs_hdr_t) +
                   mca_btl_ivshmem_verbs_module.btl_max_send_size;
     *why = NULL;
-    if (mca_btl_ivshmem_region_takes(mx))
+    if (mca_btl_ivshmem_region_takes(mx, NULL))
         *why = "reached through the region";
     else if (!(mx->flags & IVSHMEM_MODEX_VERBS))
         *why = "no verbs route there";
@@ -69,7 +69,6 @@ ivshmem_verbs_conn_t *ivshmem_verbs_conn_for(uint32_t vpid, const char **why)
         } else {
             ep->vc = vc;
             V->conns[vpid] = vc;
-            V->reached++;
         }
     }
     free(mx);
@@ -117,10 +116,8 @@ static void drop_peer(struct mca_btl_base_endpoint_t *ep)
     if (C->stats)
         mca_btl_ivshmem_print_stats(ep, "verbs");
     if (vc) {
-        if (ep->vpid < V->nconns && V->conns[ep->vpid] == vc) {
+        if (ep->vpid < V->nconns && V->conns[ep->vpid] == vc)
             V->conns[ep->vpid] = NULL;
-            V->reached--;
-        }
         ivshmem_verbs_conn_free(vc);
     }
     OBJ_DESTRUCT(&ep->pending);
@@ -236,7 +233,7 @@ static int verbs_sendi(struct mca_btl_base_module_t *btl,
     size_t total = header_size + payload_size;
     if (total > btl->btl_eager_limit || vc->state != VC_CONNECTED ||
         !opal_list_is_empty(&vc->pending) || vc->credits <= 1 ||
-        vc->sq_used >= vc->sq_depth) {
+        vc->sq_used >= V->sq_depth) {
         /* not now: ob1 sends through the descriptor it gets back, and our
          * send starts the connection (a request ob1 parked would only
          * come back here, and never connect) */
@@ -274,17 +271,16 @@ static int verbs_sendi(struct mca_btl_base_module_t *btl,
 
 /* A message from a peer: the header was checked; the callback sees one
  * segment pointing at the payload in our receive buffer. */
-void ivshmem_verbs_deliver(ivshmem_verbs_conn_t *vc, const ivshmem_verbs_hdr_t *h,
-                           uint32_t byte_len)
+void ivshmem_verbs_deliver(ivshmem_verbs_conn_t *vc, const ivshmem_verbs_hdr_t *hd,
+                           void *data)
 {
-    (void)byte_len;
-    if (h->tag >= MCA_BTL_TAG_MAX)
+    if (hd->tag >= MCA_BTL_TAG_MAX)
         return;
     struct mca_btl_base_endpoint_t *ep = vc->ep;
     ep->recvs++;
-    ep->bytes_in += h->len;
+    ep->bytes_in += hd->len;
     mca_btl_ivshmem_deliver(&mca_btl_ivshmem_verbs_module, ep,
-                            (mca_btl_base_tag_t)h->tag, (void *)(h + 1), h->len);
+                            (mca_btl_base_tag_t)hd->tag, data, hd->len);
 }
 
 /* ---- registration and RDMA ---- */
@@ -345,7 +341,7 @@ static int verbs_rdma(struct mca_btl_base_endpoint_t *ep, bool put,
         return OPAL_ERR_BAD_PARAM;
     if (vc->state == VC_CLOSED)
         return OPAL_ERR_UNREACH;
-    if (vc->state != VC_CONNECTED || vc->sq_used + nwr > vc->sq_depth)
+    if (vc->state != VC_CONNECTED || vc->sq_used + nwr > V->sq_depth)
         return OPAL_ERR_OUT_OF_RESOURCE; /* ob1 retries */
     ivshmem_verbs_frag_t *f =
         (ivshmem_verbs_frag_t *)opal_free_list_get(&V->rdma_frags);
@@ -399,14 +395,7 @@ static int verbs_rdma(struct mca_btl_base_endpoint_t *ep, bool put,
 }
 
 #define VERBS_RDMA_FN(name, put)                                              \
-    static int name(struct mca_btl_base_module_t *btl,                        \
-                    struct mca_btl_base_endpoint_t *endpoint,                 \
-                    void *local_address, uint64_t remote_address,             \
-                    struct mca_btl_base_registration_handle_t *local_handle,  \
-                    struct mca_btl_base_registration_handle_t *remote_handle, \
-                    size_t size, int flags, int order,                        \
-                    mca_btl_base_rdma_completion_fn_t cbfunc,                 \
-                    void *cbcontext, void *cbdata)                            \
+    static int name(IVSHMEM_RDMA_PARAMS)                                      \
     {                                                                         \
         (void)btl;                                                            \
         (void)flags;                                                          \

@@ -117,4 +117,5 @@ if ! grep -q '^IVT-END' "$log"; then
     tail -60 "$log"; cat "$work/guest.qemu"
 fi
 echo "test_guest_admin: $pass passed, $fail failed"
-[ "$fail" -eq 0 ] && [ "$pass" -ge 12 ]
+[ "$pass" -eq 14 ] || echo "FAIL: $pass checks passed, 14 expected"
+[ "$fail" -eq 0 ] && [ "$pass" -eq 14 ]
