@@ -189,6 +189,11 @@ mca_btl_ivshmem_prepare_src(struct mca_btl_base_module_t *btl,
 void mca_btl_ivshmem_event(void *arg, int kind, uint32_t peer);
 /* retries queued sends; returns how many completed */
 int mca_btl_ivshmem_progress_pending(void);
+/* the region heap's backend (btl_ivshmem_heap.c): attach once the region
+ * route is up, detach first at teardown; no-ops without libivshm-heap.so */
+void mca_btl_ivshmem_heap_attach(void);
+void mca_btl_ivshmem_heap_detach(void);
+void mca_btl_ivshmem_heap_print_stats(void);
 /* MPI_THREAD_MULTIPLE: the module's entry points take the lock
  * (btl_ivshmem_module.c); the single-threaded ones stay untouched */
 void mca_btl_ivshmem_threads_enable(void);

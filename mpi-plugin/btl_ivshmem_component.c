@@ -324,6 +324,8 @@ int mca_btl_ivshmem_setup(void)
 void mca_btl_ivshmem_teardown(void)
 {
     mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    /* first, while our lease still holds the heap's chunks */
+    mca_btl_ivshmem_heap_detach();
     if (c->ep) {
         ivshm_ep_destroy(c->ep);
         c->ep = NULL;
@@ -478,6 +480,9 @@ static mca_btl_base_module_t **ivshmem_init(int *num_btls,
                             "btl ivshmem: rank %u uses region %s (endpoint %u)",
                             (unsigned)OPAL_PROC_MY_NAME.vpid, c->region,
                             ivshm_ep_index(c->ep));
+        /* large malloc blocks into the region, where libivshm-heap.so
+         * runs in this process (docs/heap.md) */
+        mca_btl_ivshmem_heap_attach();
     }
     if (verbs)
         mods[(*num_btls)++] = IVSHMEM_VERBS_MODULE;

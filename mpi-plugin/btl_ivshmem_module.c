@@ -148,6 +148,8 @@ static int ivshmem_finalize(struct mca_btl_base_module_t *btl)
         for (uint32_t i = 0; i < C->npeers; i++)
             if (C->peers[i])
                 mca_btl_ivshmem_print_stats(C->peers[i], "region");
+    if (C->stats)
+        mca_btl_ivshmem_heap_print_stats();
     mca_btl_ivshmem_teardown();
     return OPAL_SUCCESS;
 }

@@ -160,6 +160,10 @@ struct ivshm_region {
     _Atomic uint64_t last_renew_ns; /* monotonic; rate-limits renew */
     _Atomic bool lease_lost; /* set once: the slot was reclaimed */
     int guard_slot;          /* guard.c: 1 + its SIGBUS guard, 0: none */
+    /* ranges of the mapping the caller replaced with its own memory
+     * (ivshm_region_keep_range): unmapping leaves them alone */
+    struct ivshm_range { uintptr_t start, end; } *keep;
+    size_t nkeep;
     pthread_t hb_thread;
     bool hb_running;
     _Atomic bool hb_stop;

@@ -212,11 +212,54 @@ err_free:
     return st;
 }
 
+static int range_cmp(const void *a, const void *b)
+{
+    uintptr_t x = ((const struct ivshm_range *)a)->start;
+    uintptr_t y = ((const struct ivshm_range *)b)->start;
+    return x < y ? -1 : x > y;
+}
+
+/* Unmaps the mapping but for the kept ranges (sorted, disjoint). */
+static void unmap_keeping(ivshm_region_t *r)
+{
+    uintptr_t at = (uintptr_t)r->base, end = at + r->map_size;
+    qsort(r->keep, r->nkeep, sizeof(*r->keep), range_cmp);
+    for (size_t i = 0; i < r->nkeep; i++) {
+        if (r->keep[i].start > at)
+            munmap((void *)at, r->keep[i].start - at);
+        if (r->keep[i].end > at)
+            at = r->keep[i].end;
+    }
+    if (end > at)
+        munmap((void *)at, end - at);
+}
+
+ivshm_status_t ivshm_region_keep_range(ivshm_region_t *r, void *addr,
+                                       size_t len)
+{
+    uintptr_t a = (uintptr_t)addr, base = (uintptr_t)r->base;
+    long pg = sysconf(_SC_PAGESIZE);
+    if (!r->base || len == 0 || a < base || len > r->map_size ||
+        a - base > r->map_size - len || (a | len) % (uintptr_t)pg)
+        return ivshm__fail(IVSHM_ERR_INVAL,
+                           "range %p+%zu is not a page-aligned part of the "
+                           "mapping of %s", addr, len, r->uri);
+    struct ivshm_range *k = realloc(r->keep, (r->nkeep + 1) * sizeof(*k));
+    if (!k)
+        return ivshm__fail(IVSHM_ERR_SYS, "out of memory");
+    k[r->nkeep++] = (struct ivshm_range){a, a + len};
+    r->keep = k;
+    return IVSHM_OK;
+}
+
 static void unmap_region(ivshm_region_t *r)
 {
     ivshm__guard_release(r);
-    if (r->base)
+    if (r->base && r->nkeep)
+        unmap_keeping(r);
+    else if (r->base)
         munmap(r->base, r->map_size);
+    free(r->keep);
     if (r->fd >= 0)
         close(r->fd);
     free(r->uri);

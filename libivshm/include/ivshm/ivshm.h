@@ -92,6 +92,12 @@ ivshm_status_t ivshm_region_open(const char *uri, unsigned flags,
                                  ivshm_region_t **out);
 /* Detaches (if attached) and unmaps. */
 void ivshm_region_close(ivshm_region_t *r);
+/* Leaves the pages [addr, addr + len) of the mapping alone when the region
+ * is unmapped: the caller has replaced them with memory of its own (the
+ * region heap moves live buffers to private memory at the same address,
+ * ivshm/heap.h). Page-aligned ranges inside the mapping only. */
+ivshm_status_t ivshm_region_keep_range(ivshm_region_t *r, void *addr,
+                                       size_t len);
 
 const char *ivshm_region_uri(const ivshm_region_t *r);
 uint64_t ivshm_region_size(const ivshm_region_t *r);

@@ -1,0 +1,109 @@
+/*
+ * The region heap's backend: when the process runs with libivshm-heap.so
+ * (LD_PRELOAD, docs/heap.md), its large malloc blocks come from the
+ * region this component mapped, so ob1's RGET reads them with one copy,
+ * as it reads MPI_Alloc_mem buffers. Without that library nothing here
+ * runs: the heap is found by name, never linked.
+ *
+ * Owns: the attachment (after the region route is set up) and the
+ * detachment (first thing at teardown, while the lease still holds the
+ * chunks: live blocks move to private memory at their address, and the
+ * region's unmapping leaves those pages alone).
+ *
+ * The backend's functions run on any application thread, also outside
+ * MPI calls and under MPI_THREAD_SINGLE: they use only the chunk
+ * allocator, which is safe between threads as between processes (one CAS
+ * per chunk), and never the component's lock (a thread in malloc must not
+ * wait for one in MPI, which may itself be in malloc).
+ */
+#include "btl_ivshmem.h"
+
+#include <dlfcn.h>
+
+#include <ivshm/heap.h>
+
+#define C (&mca_btl_ivshmem_component)
+
+static bool heap_attached;
+
+static int heap_useful(void)
+{
+    return C->mem_useful && C->mem_useful();
+}
+
+static void *heap_alloc(size_t size)
+{
+    uint64_t off;
+    if (!C->r || ivshm_alloc(C->r, size, &off) != IVSHM_OK)
+        return NULL; /* full, or the lease is lost: the C library's turn */
+    return (char *)ivshm_region_base(C->r) + off;
+}
+
+static void heap_free(void *p)
+{
+    uint64_t off = mca_btl_ivshmem_region_offset(p, 1);
+    if (off != UINT64_MAX)
+        (void)ivshm_free(C->r, off); /* fails only with the lease lost */
+}
+
+void mca_btl_ivshmem_heap_attach(void)
+{
+    int (*attach)(const ivshm_heap_backend_t *) =
+        (int (*)(const ivshm_heap_backend_t *))dlsym(RTLD_DEFAULT,
+                                                     "ivshm_heap_attach");
+    if (!attach || !C->r)
+        return;
+    ivshm_heap_backend_t be = {
+        .abi = IVSHM_HEAP_ABI,
+        .useful = heap_useful,
+        .alloc = heap_alloc,
+        .free = heap_free,
+    };
+    heap_attached = attach(&be) == 0;
+    opal_output_verbose(1, C->output,
+                        heap_attached
+                            ? "btl ivshmem: region heap attached: large malloc "
+                              "blocks come from the region"
+                            : "btl ivshmem: libivshm-heap.so is loaded but "
+                              "refused the backend (another version?)");
+}
+
+static void keep(void *addr, size_t len, void *arg)
+{
+    (void)arg;
+    if (ivshm_region_keep_range(C->r, addr, len) != IVSHM_OK)
+        opal_output(0, "btl ivshmem: %s", ivshm_last_error());
+}
+
+void mca_btl_ivshmem_heap_detach(void)
+{
+    if (!heap_attached)
+        return;
+    heap_attached = false;
+    size_t (*detach)(ivshm_heap_kept_fn, void *) =
+        (size_t(*)(ivshm_heap_kept_fn, void *))dlsym(RTLD_DEFAULT,
+                                                      "ivshm_heap_detach");
+    if (detach)
+        detach(keep, NULL);
+}
+
+void mca_btl_ivshmem_heap_print_stats(void)
+{
+    void (*stats)(ivshm_heap_stats_t *) = (void (*)(ivshm_heap_stats_t *))
+        dlsym(RTLD_DEFAULT, "ivshm_heap_stats");
+    if (!stats || !heap_attached)
+        return;
+    ivshm_heap_stats_t s;
+    stats(&s);
+    opal_output(0,
+                "btl ivshmem heap: rank %u: %llu blocks %llu bytes from the "
+                "region (%llu live), %llu did not fit, %llu large blocks "
+                "private, %llu moved to private memory; threshold %zu bytes",
+                (unsigned)OPAL_PROC_MY_NAME.vpid,
+                (unsigned long long)s.region_allocs,
+                (unsigned long long)s.region_bytes,
+                (unsigned long long)s.region_live,
+                (unsigned long long)s.fallbacks,
+                (unsigned long long)s.private_large,
+                (unsigned long long)s.moved, s.threshold);
+}

@@ -1,0 +1,389 @@
+/*
+ * The region heap (libivshm-heap.so), linked into this program ahead of
+ * the C library, so that its malloc is the program's, as under LD_PRELOAD.
+ * The backend is the one the MPI component gives it, over a real region:
+ * a /dev/shm file, a lease, the chunk allocator. Each test formats its own
+ * region and attaches; teardown detaches as MPI_Finalize does.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "../testutil.h"
+
+#include <ivshm/heap.h>
+
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#define MIB (1u << 20)
+#define REGION_SIZE (64u * MIB)
+
+static char path[256];
+static ivshm_region_t *R;
+
+static int be_useful(void) { return 1; }
+static void *be_alloc(size_t size)
+{
+    uint64_t off;
+    if (ivshm_alloc(R, size, &off) != IVSHM_OK)
+        return NULL;
+    return (char *)ivshm_region_base(R) + off;
+}
+static void be_free(void *p)
+{
+    /* called from the churn threads too: no cmocka assertion here */
+    if (ivshm_free(R, (uint64_t)((char *)p - (char *)ivshm_region_base(R))) != IVSHM_OK)
+        abort();
+}
+static const ivshm_heap_backend_t backend = {
+    .abi = IVSHM_HEAP_ABI, .useful = be_useful, .alloc = be_alloc, .free = be_free};
+
+static bool in_region(const void *p, size_t len)
+{
+    const char *b = ivshm_region_base(R);
+    return (const char *)p >= b && (const char *)p + len <= b + ivshm_region_size(R);
+}
+
+static void keep(void *addr, size_t len, void *arg)
+{
+    (void)arg;
+    assert_int_equal(ivshm_region_keep_range(R, addr, len), IVSHM_OK);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    tu_region_path(path, sizeof(path), "heap");
+    if (tu_format(path, REGION_SIZE, 16, 5000) != IVSHM_OK ||
+        ivshm_region_open(tu_uri(path), 0, &R) != IVSHM_OK ||
+        ivshm_attach(R) != IVSHM_OK)
+        return -1;
+    return ivshm_heap_attach(&backend);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    ivshm_heap_detach(keep, NULL);
+    ivshm_region_close(R);
+    R = NULL;
+    unlink(path);
+    return 0;
+}
+
+static ivshm_heap_stats_t stats(void)
+{
+    ivshm_heap_stats_t s;
+    ivshm_heap_stats(&s);
+    return s;
+}
+
+static void fill(unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)(i * 131u + seed);
+}
+static bool intact(const unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != (unsigned char)(i * 131u + seed))
+            return false;
+    return true;
+}
+
+/* A second backend is refused; small blocks stay with the C library,
+ * large ones come from the region and go back to it. */
+static void test_placement(void **state)
+{
+    (void)state;
+    assert_int_equal(ivshm_heap_attach(&backend), -1);
+    ivshm_heap_stats_t s0 = stats();
+    assert_int_equal(s0.threshold, IVSHM_HEAP_DEFAULT_MIN);
+    char *small = malloc(100);
+    assert_non_null(small);
+    assert_false(in_region(small, 100));
+    char *big = malloc(MIB);
+    assert_true(in_region(big, MIB));
+    assert_true(malloc_usable_size(big) >= MIB);
+    fill((unsigned char *)big, MIB, 1);
+    assert_true(intact((unsigned char *)big, MIB, 1));
+    ivshm_heap_stats_t s1 = stats();
+    assert_int_equal(s1.region_allocs, s0.region_allocs + 1);
+    assert_int_equal(s1.region_live, s0.region_live + 1);
+    free(big);
+    assert_int_equal(stats().region_live, s0.region_live);
+    /* the chunks are free again: the same place is handed out */
+    char *again = malloc(MIB);
+    assert_ptr_equal(again, big);
+    free(again);
+    free(small);
+    /* just below and at the threshold */
+    char *below = malloc(IVSHM_HEAP_DEFAULT_MIN - 1);
+    char *at = malloc(IVSHM_HEAP_DEFAULT_MIN);
+    assert_false(in_region(below, 1));
+    assert_true(in_region(at, IVSHM_HEAP_DEFAULT_MIN));
+    free(below);
+    free(at);
+}
+
+static void test_calloc_and_aligned(void **state)
+{
+    (void)state;
+    unsigned char *d = malloc(MIB);
+    assert_true(in_region(d, MIB));
+    memset(d, 0xab, MIB);
+    free(d);
+    unsigned char *z = calloc(MIB / 8, 8); /* the same, dirty chunks */
+    assert_ptr_equal(z, d);
+    for (size_t i = 0; i < MIB; i++)
+        assert_int_equal(z[i], 0);
+    free(z);
+    volatile size_t huge = SIZE_MAX / 2; /* opaque to the compiler */
+    assert_null(calloc(huge, 4)); /* overflow */
+    void *p = NULL;
+    assert_int_equal(posix_memalign(&p, 4096, MIB), 0);
+    assert_true(in_region(p, MIB));
+    free(p);
+    /* alignments above a page are the C library's, and honoured */
+    assert_int_equal(posix_memalign(&p, 2 * MIB, MIB), 0);
+    assert_false(in_region(p, 1));
+    assert_int_equal((uintptr_t)p % (2 * MIB), 0);
+    free(p);
+    assert_int_equal(posix_memalign(&p, 3, MIB), EINVAL);
+    p = aligned_alloc(4096, 2 * MIB);
+    assert_true(in_region(p, 2 * MIB));
+    free(p);
+    p = valloc(MIB);
+    assert_true(in_region(p, MIB));
+    free(p);
+}
+
+/* realloc keeps every byte across the threshold, both ways, and moves a
+ * region block only when it must. */
+static void test_realloc_across_threshold(void **state)
+{
+    (void)state;
+    size_t small = 1000, big = 3 * MIB;
+    unsigned char *p = malloc(small);
+    fill(p, small, 7);
+    p = realloc(p, big);
+    assert_true(in_region(p, big));
+    assert_true(intact(p, small, 7));
+    fill(p, big, 9);
+    unsigned char *q = realloc(p, 2 * MIB); /* shrinks in place */
+    assert_ptr_equal(q, p);
+    q = realloc(q, 100); /* below the threshold: back to the C library */
+    assert_false(in_region(q, 1));
+    assert_true(intact(q, 100, 9));
+    q = reallocarray(q, 1024, 1024);
+    assert_true(in_region(q, MIB));
+    assert_true(intact(q, 100, 9));
+    volatile size_t huge = SIZE_MAX / 2;
+    assert_null(reallocarray(q, huge, 4));
+    assert_null(realloc(q, 0)); /* frees */
+    assert_int_equal(stats().region_live, 0);
+}
+
+/* A full region never fails an allocation: the C library takes over. */
+static void test_full_region(void **state)
+{
+    (void)state;
+    enum { N = 128 };
+    unsigned char *b[N];
+    uint64_t fb = stats().fallbacks;
+    size_t in = 0;
+    for (int i = 0; i < N; i++) { /* 128 MiB into a 64 MiB region */
+        b[i] = malloc(MIB);
+        assert_non_null(b[i]);
+        in += in_region(b[i], MIB);
+        fill(b[i], MIB, (unsigned)i);
+    }
+    assert_true(in > 16 && in < N);
+    assert_true(stats().fallbacks >= fb + (N - in));
+    for (int i = 0; i < N; i++) {
+        assert_true(intact(b[i], MIB, (unsigned)i));
+        free(b[i]);
+    }
+    assert_int_equal(stats().region_live, 0);
+}
+
+/* Many threads allocate, write, check and free at once, small and large,
+ * in and beyond the region; no block is ever handed out twice. */
+static void *churn(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    enum { SLOTS = 8 };
+    unsigned char *held[SLOTS] = {0};
+    size_t len[SLOTS] = {0};
+    unsigned tag[SLOTS] = {0};
+    for (int it = 0; it < 3000; it++) {
+        int k = (int)(rand_r(&seed) % SLOTS);
+        if (held[k]) {
+            if (!intact(held[k], len[k], tag[k]))
+                return (void *)1;
+            if (rand_r(&seed) % 4 == 0) {
+                size_t n = (rand_r(&seed) % 2) ? (size_t)200 : (size_t)(rand_r(&seed) % (3 * MIB)) + 1;
+                unsigned char *r = realloc(held[k], n);
+                if (!r || !intact(r, n < len[k] ? n : len[k], tag[k]))
+                    return (void *)1;
+                held[k] = r;
+                len[k] = n;
+                fill(r, n, tag[k]);
+                continue;
+            }
+            free(held[k]);
+            held[k] = NULL;
+            continue;
+        }
+        len[k] = (rand_r(&seed) % 3) ? (size_t)(rand_r(&seed) % 4096) + 1
+                                       : (size_t)(rand_r(&seed) % (2 * MIB)) + 65536;
+        held[k] = malloc(len[k]);
+        if (!held[k])
+            return (void *)1;
+        tag[k] = seed;
+        fill(held[k], len[k], tag[k]);
+    }
+    for (int k = 0; k < SLOTS; k++) {
+        if (held[k] && !intact(held[k], len[k], tag[k]))
+            return (void *)1;
+        free(held[k]);
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    enum { T = 8 };
+    pthread_t th[T];
+    uint64_t before = stats().region_allocs;
+    for (int i = 0; i < T; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, churn, (void *)(uintptr_t)(i + 1)), 0);
+    for (int i = 0; i < T; i++) {
+        void *rv;
+        pthread_join(th[i], &rv);
+        assert_null(rv);
+    }
+    assert_true(stats().region_allocs > before + 100);
+    assert_int_equal(stats().region_live, 0);
+    /* every chunk came back: the whole heap is one free run again */
+    void *all = malloc(48 * MIB);
+    assert_true(in_region(all, 48 * MIB));
+    free(all);
+}
+
+/* fork: the child writes its copy and frees it; the parent's block, in
+ * the region, keeps every byte. The child allocates from the C library. */
+static void test_fork_child_writes(void **state)
+{
+    (void)state;
+    unsigned char *p = malloc(4 * MIB);
+    assert_true(in_region(p, 4 * MIB));
+    fill(p, 4 * MIB, 3);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int rc = intact(p, 4 * MIB, 3) ? 0 : 10; /* the child's copy */
+        memset(p, 0xee, 4 * MIB);
+        if (in_region(p, 1) && p[0] != 0xee)
+            rc = 11;
+        free(p); /* its own copy, not the parent's chunks */
+        unsigned char *q = malloc(2 * MIB);
+        if (!q || stats().attached)
+            rc = 12;
+        memset(q, 1, 2 * MIB);
+        free(q);
+        _exit(rc);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_true(intact(p, 4 * MIB, 3));
+    assert_true(in_region(p, 4 * MIB));
+    assert_int_equal(stats().attached, 1);
+    /* the parent's chunks were not freed by the child */
+    uint64_t off = (uint64_t)(p - (unsigned char *)ivshm_region_base(R));
+    assert_int_equal(ivshm_free(R, off), IVSHM_OK);
+    assert_int_equal(ivshm_alloc(R, 4 * MIB, &off), IVSHM_OK);
+    assert_ptr_equal((unsigned char *)ivshm_region_base(R) + off, p);
+    free(p);
+}
+
+/* fork + exec and posix_spawn run a program; the parent is untouched. */
+static void test_fork_exec(void **state)
+{
+    (void)state;
+    unsigned char *p = malloc(MIB);
+    fill(p, MIB, 5);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", "exit 3", (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_int_equal(WEXITSTATUS(st), 3);
+    char *argv[] = {"sh", "-c", "exit 4", NULL};
+    extern char **environ;
+    assert_int_equal(posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, environ), 0);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_int_equal(WEXITSTATUS(st), 4);
+    assert_true(intact(p, MIB, 5));
+    free(p);
+}
+
+/* Detach (MPI_Finalize): live blocks keep their address and contents in
+ * private memory after the region is unmapped, and free() still works. */
+static void test_detach_keeps_blocks(void **state)
+{
+    (void)state;
+    unsigned char *a = malloc(MIB), *b = malloc(3 * MIB);
+    char *small = malloc(64);
+    fill(a, MIB, 21);
+    fill(b, 3 * MIB, 22);
+    assert_true(in_region(a, MIB) && in_region(b, 3 * MIB));
+    uint64_t moved = stats().moved;
+    assert_int_equal(ivshm_heap_detach(keep, NULL), 2);
+    assert_int_equal(stats().moved, moved + 2);
+    assert_int_equal(stats().attached, 0);
+    /* the chunks went back to the region while our lease held them */
+    uint64_t off;
+    assert_int_equal(ivshm_alloc(R, 48 * MIB, &off), IVSHM_OK);
+    assert_int_equal(ivshm_free(R, off), IVSHM_OK);
+    ivshm_region_close(R);
+    R = NULL;
+    assert_true(intact(a, MIB, 21));
+    assert_true(intact(b, 3 * MIB, 22));
+    fill(a, MIB, 23); /* writable, private */
+    assert_true(intact(a, MIB, 23));
+    assert_int_equal(malloc_usable_size(b), 3 * MIB);
+    unsigned char *c = realloc(b, 4 * MIB);
+    assert_true(intact(c, 3 * MIB, 22));
+    free(a);
+    free(c);
+    free(small);
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &R), IVSHM_OK);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_placement, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_calloc_and_aligned, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_realloc_across_threshold, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_full_region, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fork_child_writes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fork_exec, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_detach_keeps_blocks, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
