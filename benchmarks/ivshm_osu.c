@@ -7,7 +7,8 @@
  *          allgather alltoall mtrate
  *
  * Prints "bytes value" lines (latency in us one-way / per operation,
- * bandwidth in MB/s); each value is the median of REPEATS runs of ITERS.
+ * bandwidth in MB/s): the median of REPEATS runs of ITERS, then the mean
+ * over all of them (OSU's average).
  * -a: the buffers come from MPI_Alloc_mem.
  * -T: MPI_THREAD_MULTIPLE (what a hybrid code asks for), one thread.
  * mtrate -t N: N threads per rank (MPI_THREAD_MULTIPLE), thread k of rank
@@ -63,10 +64,13 @@ static int iters_for(size_t n, int small)
     return n <= 8192 ? small : (int)(small * 8192 / n) + 4;
 }
 
-/* one measurement (seconds per iteration), run `repeats` times: median */
+/* one measurement (seconds per iteration), run `repeats` times: median,
+ * and the mean in *mean (what OSU reports: the average over every
+ * iteration, which medians of repeats hide periodic stalls from) */
 typedef double (*bench_fn)(size_t n, int it, char *s, char *r);
 
-static double median_of(bench_fn f, size_t n, int it, char *s, char *r)
+static double median_of(bench_fn f, size_t n, int it, char *s, char *r,
+                        double *mean)
 {
     double v[64];
     f(n, it / 4 + 1, s, r); /* warm-up */
@@ -75,6 +79,10 @@ static double median_of(bench_fn f, size_t n, int it, char *s, char *r)
         v[k] = f(n, it, s, r);
     }
     MPI_Bcast(v, repeats, MPI_DOUBLE, pa, MPI_COMM_WORLD);
+    double sum = 0;
+    for (int k = 0; k < repeats; k++)
+        sum += v[k];
+    *mean = sum / repeats;
     qsort(v, (size_t)repeats, sizeof(double), cmpd);
     return v[repeats / 2];
 }
@@ -351,15 +359,17 @@ int main(int argc, char **argv)
         MPI_Win_allocate((MPI_Aint)maxb, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
     }
     if (rank == 0)
-        printf("# ivshm-osu %s, %d ranks (ranks %d and %d)%s, %s (median of %d)\n",
+        printf("# ivshm-osu %s, %d ranks (ranks %d and %d)%s, %s (median of %d, then mean)\n",
                bench, size, pa, pb, threads ? ", MPI_THREAD_MULTIPLE" : "",
                tab[b].bw == 2 ? "million messages/s" : tab[b].bw ? "MB/s" : "us",
                repeats);
     size_t start = tab[b].fn == b_allreduce ? 4 : 1;
     for (size_t n = start; n <= maxb; n *= 2) {
-        double v = median_of(tab[b].fn, n, iters_for(n, tab[b].small_iters), s, r);
+        double mean;
+        double v = median_of(tab[b].fn, n, iters_for(n, tab[b].small_iters), s, r, &mean);
         if (rank == 0)
-            printf("%zu %.3f\n", n, tab[b].bw ? 1.0 / v / 1e6 : v * 1e6);
+            printf("%zu %.3f %.3f\n", n, tab[b].bw ? 1.0 / v / 1e6 : v * 1e6,
+                   tab[b].bw ? 1.0 / mean / 1e6 : mean * 1e6);
         fflush(stdout);
     }
     if (onesided)
