@@ -103,15 +103,20 @@ static int ivshmem_register(void)
             MCA_BASE_VAR_TYPE_BOOL, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_LOCAL,
             &c->stats);
     /* Defaults tuned for MPI on a 16-core host (benchmarks/compare.sh):
-     * 256-byte cells carry messages of up to ~200 bytes inline (vader's
-     * latency from 64 bytes on), 64 fragments of 64 KiB keep the two-copy
+     * 1 KiB cells carry messages of up to ~960 bytes inline, so 256 B and
+     * 512 B no longer take a fragment (latency 0.87 -> 0.68 us and 1.05 ->
+     * 0.84 us, vader 0.65 and 0.94; results/2026-11-23-heap/cells.txt),
+     * with 32 of them per fast box (a fast box stays within its 64 KiB
+     * bank); 64 fragments of 64 KiB keep the two-copy
      * pipeline full (peak bandwidth 12.8 -> 18.4 GB/s); 4 MiB of the region
      * per process, as vader's own segment. Explicit $IVSHM_* settings of
      * the library still win over these defaults. */
     ivshm_ep_config_t d;
     ivshm_ep_config_init(&d);
     if (!getenv("IVSHM_CELL_SIZE"))
-        d.cell_size = 256;
+        d.cell_size = 1024;
+    if (!getenv("IVSHM_FBOX_CELLS"))
+        d.fbox_cells = 32;
     if (!getenv("IVSHM_FRAG_COUNT"))
         d.frag_count = 64;
     if (!getenv("IVSHM_FRAG_SIZE"))
