@@ -143,10 +143,16 @@ typedef struct mca_btl_ivshmem_reg_t {
 } mca_btl_ivshmem_reg_t;
 OBJ_CLASS_DECLARATION(mca_btl_ivshmem_reg_t);
 
+/* A send descriptor. Its data is either in private memory (the free
+ * list's buffer: copied into the channel at send) or, for a message larger
+ * than a cell, already in one of our channel fragments (rsv, reserved at
+ * alloc: ob1 packs straight into shared memory, one copy less). */
 typedef struct mca_btl_ivshmem_frag_t {
     mca_btl_base_descriptor_t base;
     mca_btl_base_segment_t segment;
     mca_btl_base_tag_t tag; /* kept while the fragment waits in pending */
+    bool reserved;          /* the data is in rsv's fragment */
+    ivshm_rsv_t rsv;
 } mca_btl_ivshmem_frag_t;
 OBJ_CLASS_DECLARATION(mca_btl_ivshmem_frag_t);
 

@@ -51,6 +51,7 @@ static void frag_construct(mca_btl_ivshmem_frag_t *f)
 {
     f->base.des_segments = &f->segment;
     f->base.des_segment_count = 1;
+    f->reserved = false;
 }
 OBJ_CLASS_INSTANCE(mca_btl_ivshmem_frag_t, mca_btl_base_descriptor_t,
                    frag_construct, NULL);

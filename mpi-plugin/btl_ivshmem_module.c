@@ -167,6 +167,20 @@ ivshmem_alloc(struct mca_btl_base_module_t *btl,
     if (!f)
         return NULL;
     f->segment.seg_addr.pval = f->base.super.ptr;
+    f->reserved = false;
+    /* A message larger than a cell goes into one of our channel fragments
+     * right away, so that ob1 packs it into shared memory and send only
+     * publishes it (two copies in all, not three). Not under
+     * MPI_THREAD_MULTIPLE: alloc runs outside the component's lock. Small
+     * messages, any without a free fragment and any behind queued sends
+     * (those get freed fragments first) are staged privately. */
+    void *buf;
+    if (!C->threads && endpoint && opal_list_is_empty(&endpoint->pending) &&
+        ivshm_ep_reserve_frag(C->ep, endpoint->peer, size, &buf, &f->rsv) ==
+            IVSHM_OK) {
+        f->segment.seg_addr.pval = buf;
+        f->reserved = true;
+    }
     f->segment.seg_len = size;
     f->base.des_segments = &f->segment;
     f->base.des_segment_count = 1;
@@ -180,6 +194,10 @@ static int ivshmem_free(struct mca_btl_base_module_t *btl,
                         mca_btl_base_descriptor_t *des)
 {
     (void)btl;
+    mca_btl_ivshmem_frag_t *f = (mca_btl_ivshmem_frag_t *)des;
+    if (f->reserved && C->ep) /* never sent: the fragment comes back */
+        ivshm_ep_cancel(C->ep, &f->rsv);
+    f->reserved = false;
     opal_free_list_return(&C->frags, (opal_free_list_item_t *)des);
     return OPAL_SUCCESS;
 }
@@ -225,13 +243,21 @@ static ivshm_status_t put_frag(struct mca_btl_base_endpoint_t *endpoint,
                                mca_btl_ivshmem_frag_t *f)
 {
     size_t len = f->segment.seg_len;
-    void *buf;
-    ivshm_rsv_t rsv;
-    ivshm_status_t st = ivshm_ep_reserve(C->ep, endpoint->peer, len, &buf, &rsv);
-    if (st != IVSHM_OK)
-        return st;
-    memcpy(buf, f->segment.seg_addr.pval, len);
-    ivshm_ep_commit(C->ep, &rsv, f->tag, len);
+    ivshm_status_t st;
+    if (f->reserved) {
+        /* packed into our fragment already: claim a cell and publish */
+        if ((st = ivshm_ep_commit(C->ep, &f->rsv, f->tag, len)) != IVSHM_OK)
+            return st;
+        f->reserved = false;
+    } else {
+        void *buf;
+        ivshm_rsv_t rsv;
+        st = ivshm_ep_reserve(C->ep, endpoint->peer, len, &buf, &rsv);
+        if (st != IVSHM_OK)
+            return st;
+        memcpy(buf, f->segment.seg_addr.pval, len);
+        ivshm_ep_commit(C->ep, &rsv, f->tag, len);
+    }
     endpoint->sends++;
     endpoint->bytes_out += len;
     return IVSHM_OK;
@@ -255,7 +281,9 @@ static int ivshmem_send(struct mca_btl_base_module_t *btl,
 {
     mca_btl_ivshmem_frag_t *f = (mca_btl_ivshmem_frag_t *)des;
     f->tag = tag;
-    ivshm_status_t st = opal_list_is_empty(&endpoint->pending)
+    /* behind queued sends unless its data already holds a fragment
+     * (progress_pending says why it may pass) */
+    ivshm_status_t st = opal_list_is_empty(&endpoint->pending) || f->reserved
                             ? put_frag(endpoint, f)
                             : IVSHM_ERR_AGAIN;
     if (st == IVSHM_ERR_AGAIN) {
@@ -280,17 +308,28 @@ int mca_btl_ivshmem_progress_pending(void)
         struct mca_btl_base_endpoint_t *ep = C->peers[i];
         if (!ep)
             continue;
-        opal_list_item_t *it;
-        while ((it = opal_list_get_first(&ep->pending)) !=
-               opal_list_get_end(&ep->pending)) {
-            mca_btl_base_descriptor_t *des = (mca_btl_base_descriptor_t *)it;
-            ivshm_status_t st = put_frag(ep, (mca_btl_ivshmem_frag_t *)des);
-            if (st == IVSHM_ERR_AGAIN)
-                break;
-            opal_list_remove_first(&ep->pending);
+        opal_list_item_t *it = opal_list_get_first(&ep->pending);
+        while (it != opal_list_get_end(&ep->pending)) {
+            mca_btl_ivshmem_frag_t *f = (mca_btl_ivshmem_frag_t *)it;
+            ivshm_status_t st = put_frag(ep, f);
+            if (st == IVSHM_ERR_AGAIN) {
+                if (f->reserved)
+                    break; /* no cell: nobody behind it goes either */
+                /* possibly no free fragment: those behind that already
+                 * hold one need only a cell, and their fragments come back
+                 * once sent. ob1 runs this BTL with MCA_BTL_NO_ORDER, so
+                 * they may pass (waiting here would deadlock when they
+                 * hold every fragment) */
+                it = opal_list_get_next(it);
+                continue;
+            }
+            opal_list_remove_item(&ep->pending, it);
             C->pending_frags--;
-            complete(&mca_btl_ivshmem_module.super, ep, des, status_to_opal(st));
+            /* the callback may send and queue: start again from the head */
+            complete(&mca_btl_ivshmem_module.super, ep, &f->base,
+                     status_to_opal(st));
             done++;
+            it = opal_list_get_first(&ep->pending);
         }
     }
     return done;

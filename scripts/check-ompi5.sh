@@ -45,7 +45,7 @@ rc=0
 verbs=
 [ -f /usr/include/infiniband/verbs.h ] && [ -f /usr/include/rdma/rdma_cma.h ] &&
     verbs="btl_ivshmem_verbs_device.c btl_ivshmem_verbs.c btl_ivshmem_verbs_module.c"
-for f in btl_ivshmem_component.c btl_ivshmem_module.c mpool_ivshmem_component.c $verbs; do
+for f in btl_ivshmem_component.c btl_ivshmem_module.c btl_ivshmem_heap.c mpool_ivshmem_component.c $verbs; do
     if gcc -std=gnu11 ${verbs:+-DIVSHMEM_HAVE_VERBS=1} -Wall -Wextra -Werror -mcx16 -c -o /dev/null \
         -I"$inc/openmpi" -I"$src" -I"$src/opal/include" -I"$inc" -I"$pmix" \
         -I"$cache/root/usr/include" -I"$top/libivshm/include" "$top/mpi-plugin/$f"; then

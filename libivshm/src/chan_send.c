@@ -272,14 +272,51 @@ ivshm_status_t ivshm_ep_reserve(ivshm_ep_t *ep, uint32_t peer, size_t len,
     return IVSHM_OK;
 }
 
+ivshm_status_t ivshm_ep_reserve_frag(ivshm_ep_t *ep, uint32_t peer, size_t len,
+                                     void **buf, ivshm_rsv_t *rsv)
+{
+    if (len > ep->cfg.frag_size)
+        return ivshm__fail(IVSHM_ERR_INVAL, "%zu bytes exceed one fragment",
+                           len);
+    struct peer *p;
+    ivshm_status_t st = tx_peer(ep, peer, &p);
+    if (st != IVSHM_OK)
+        return st;
+    if (len <= p->g.cell_size - CELL_HDR)
+        return IVSHM_ERR_NOTSUP;
+    int f = ivshm__frag_take(ep);
+    if (f < 0)
+        return IVSHM_ERR_AGAIN;
+    /* lent now, so that no other message takes it while it is filled */
+    rsv->lend = ivshm__frag_lend(ep, f, peer);
+    rsv->cell = NULL;
+    rsv->peer = peer;
+    rsv->frag = f;
+    rsv->len = (uint32_t)len;
+    *buf = ep->pool + (uint64_t)f * ep->cfg.frag_size;
+    return IVSHM_OK;
+}
+
 ivshm_status_t ivshm_ep_commit(ivshm_ep_t *ep, const ivshm_rsv_t *rsv,
                                uint32_t tag, size_t len)
 {
     struct peer *p = ep->peers[rsv->peer];
     struct cell *c = rsv->cell;
+    uint64_t pos = rsv->pos;
+    if (!c) {
+        /* a fragment filled at leisure: the peer's life is checked and a
+         * cell claimed now */
+        ivshm_status_t st = tx_begin(ep, rsv->peer, &p);
+        if (st != IVSHM_OK)
+            return st;
+        if (!(c = claim_cell(ep, p, &pos))) {
+            BUMP(ep, stalls, 1);
+            return IVSHM_ERR_AGAIN;
+        }
+    }
     if (len > rsv->len)
         len = rsv->len;
-    ivshm__publish(ep, p, rsv->peer, c, rsv->pos,
+    ivshm__publish(ep, p, rsv->peer, c, pos,
                    rsv->frag >= 0 ? CELL_FRAG : CELL_INLINE, tag,
                    (uint32_t)len, 0, len,
                    rsv->frag >= 0 ? (uint32_t)rsv->frag : 0, rsv->lend);
@@ -291,6 +328,8 @@ void ivshm_ep_cancel(ivshm_ep_t *ep, const ivshm_rsv_t *rsv)
     struct peer *p = ep->peers[rsv->peer];
     if (rsv->frag >= 0) /* hand the fragment back ourselves */
         ivshm__frag_ack(&ep->fdone[rsv->frag], rsv->lend);
+    if (!rsv->cell)
+        return; /* no cell was claimed */
     ivshm__publish(ep, p, rsv->peer, rsv->cell, rsv->pos, CELL_NOP, 0, 0, 0,
                    0, 0, 0);
 }

@@ -237,6 +237,63 @@ static void test_reserve_and_region(void **state)
     ivshm_ep_destroy(b);
 }
 
+/* A fragment filled before any cell is claimed (what the BTL's alloc
+ * does for messages larger than a cell): small ones are refused (they go
+ * inline), the fragment is held while it is filled, commit claims a cell
+ * and answers AGAIN while the peer's queues are full, keeping the
+ * reservation; a cancelled one comes back to the pool. */
+static void test_reserve_frag(void **state)
+{
+    (void)state;
+    struct collect col = {0};
+    ivshm_ep_t *a, *b;
+    ivshm_ep_config_t cfg;
+    ivshm_ep_config_init(&cfg);
+    cfg.fifo_cells = 8;
+    cfg.fbox_cells = 0;
+    cfg.frag_count = 4;
+    assert_int_equal(ivshm_ep_create(dom, 0, &cfg, collect_handler, &col, &a),
+                     IVSHM_OK);
+    assert_int_equal(ivshm_ep_create(dom, 1, &cfg, NULL, NULL, &b), IVSHM_OK);
+    uint8_t addr[IVSHM_EP_ADDR_SIZE];
+    uint32_t peer;
+    ivshm_ep_address(a, addr);
+    assert_int_equal(ivshm_ep_connect(b, addr, sizeof(addr), &peer), IVSHM_OK);
+    void *buf, *buf2;
+    ivshm_rsv_t rsv, rsv2;
+    assert_int_equal(ivshm_ep_reserve_frag(b, peer, 10, &buf, &rsv), IVSHM_ERR_NOTSUP);
+    assert_int_equal(ivshm_ep_reserve_frag(b, peer, 5000, &buf, &rsv), IVSHM_OK);
+    /* held: the next reservation gets another fragment */
+    assert_int_equal(ivshm_ep_reserve_frag(b, peer, 5000, &buf2, &rsv2), IVSHM_OK);
+    assert_ptr_not_equal(buf, buf2);
+    ivshm_ep_cancel(b, &rsv2);
+    memset(buf, 'f', 5000);
+    /* fill the peer's FIFO with inline messages: commit must wait */
+    int inl = 0;
+    while (ivshm_ep_try_send(b, peer, 1, "i", 1) == IVSHM_OK)
+        inl++;
+    assert_int_equal(inl, 8);
+    assert_int_equal(ivshm_ep_commit(b, &rsv, 2, 4000), IVSHM_ERR_AGAIN);
+    while (col.done < inl)
+        ivshm_ep_progress(a);
+    col.bytes = 0;
+    assert_int_equal(ivshm_ep_commit(b, &rsv, 2, 4000), IVSHM_OK);
+    while (col.done < inl + 1)
+        ivshm_ep_progress(a);
+    assert_int_equal(col.bytes, 4000);
+    assert_int_equal(col.buf[0], 'f');
+    assert_int_equal(col.buf[3999], 'f');
+    /* every fragment is free again (acknowledged or cancelled) */
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(ivshm_ep_reserve_frag(b, peer, 5000, &buf, &rsv), IVSHM_OK);
+    assert_int_equal(ivshm_ep_reserve_frag(b, peer, 5000, &buf, &rsv), IVSHM_ERR_AGAIN);
+    ivshm_ep_stats_t es;
+    ivshm_ep_stats(a, &es);
+    assert_int_equal(es.invalid_dropped, 0);
+    ivshm_ep_destroy(a);
+    ivshm_ep_destroy(b);
+}
+
 /* ---- threads ---- */
 
 struct waker {
@@ -383,6 +440,7 @@ int main(void)
         cmocka_unit_test(test_ring_arithmetic),
         cmocka_unit_test_setup_teardown(test_domain_valid, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_and_region, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reserve_frag, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wakeup_races, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads_many_to_one, setup, teardown),
     };

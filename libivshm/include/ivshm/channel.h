@@ -130,10 +130,18 @@ typedef struct ivshm_rsv {
 } ivshm_rsv_t;
 ivshm_status_t ivshm_ep_reserve(ivshm_ep_t *ep, uint32_t peer, size_t len,
                                 void **buf, ivshm_rsv_t *rsv);
+/* The same with only one of our fragments held (no cell yet): the caller
+ * may take its time filling *buf, nobody waits on it. For messages that do
+ * not fit a cell of the peer (IVSHM_ERR_NOTSUP otherwise: send them
+ * inline); IVSHM_ERR_AGAIN when no fragment is free. The cell is claimed
+ * at commit, which answers IVSHM_ERR_AGAIN while the peer's queues are
+ * full: the reservation stays valid, commit it again later. */
+ivshm_status_t ivshm_ep_reserve_frag(ivshm_ep_t *ep, uint32_t peer, size_t len,
+                                     void **buf, ivshm_rsv_t *rsv);
 /* Publishes len bytes (<= the reserved length) with tag. */
 ivshm_status_t ivshm_ep_commit(ivshm_ep_t *ep, const ivshm_rsv_t *rsv,
                                uint32_t tag, size_t len);
-/* Gives the reservation back (the receiver skips it). */
+/* Gives the reservation back (the receiver skips its cell, if any). */
 void ivshm_ep_cancel(ivshm_ep_t *ep, const ivshm_rsv_t *rsv);
 
 /* Single copy: a buffer that already lives in the region (allocated with
