@@ -11,6 +11,7 @@
  *  - buffers grown and shrunk by realloc across the threshold;
  *  - fork while MPI runs: the child checks its copy and overwrites it, the
  *    parent's buffer is then sent and must be intact; fork + exec (system);
+ *  - a window of 48 nonblocking 1 MiB sends, one way and both ways;
  *  - threads that allocate, write, check and free large and small blocks
  *    while the main thread exchanges messages (MPI_THREAD_FUNNELED).
  */
@@ -150,6 +151,38 @@ static void t_fork(void)
     free(r);
 }
 
+/* a window of large nonblocking sends, as osu_bw posts them (a window of
+ * 4 MiB sends once deadlocked the fragment pool): rank 0 to 1, then both
+ * ways at once */
+static void t_window(void)
+{
+    enum { W = 48 };
+    size_t n = 1 << 20;
+    int ok = 1;
+    unsigned char *s = malloc(W * n), *r = malloc(W * n);
+    MPI_Request q[2 * W];
+    for (int pass = 0; pass < 2 && size >= 2; pass++) {
+        int nq = 0;
+        int sender = rank == 0 || (pass == 1 && rank == 1);
+        int receiver = rank == 1 || (pass == 1 && rank == 0);
+        int peer = rank == 0 ? 1 : 0;
+        if (rank > 1)
+            sender = receiver = 0;
+        for (int k = 0; k < W && sender; k++) {
+            fill(s + k * n, n, rank, 80 + k);
+            MPI_Isend(s + k * n, (int)n, MPI_BYTE, peer, k, MPI_COMM_WORLD, &q[nq++]);
+        }
+        for (int k = 0; k < W && receiver; k++)
+            MPI_Irecv(r + k * n, (int)n, MPI_BYTE, peer, k, MPI_COMM_WORLD, &q[nq++]);
+        MPI_Waitall(nq, q, MPI_STATUSES_IGNORE);
+        for (int k = 0; k < W && receiver; k++)
+            ok &= intact(r + k * n, n, peer, 80 + k);
+    }
+    free(s);
+    free(r);
+    check(ok, "a window of 48 nonblocking 1 MiB sends, one way and both ways");
+}
+
 static atomic_int stop;
 static void *churn(void *arg)
 {
@@ -218,6 +251,7 @@ int main(int argc, char **argv)
     free(pre_s);
     free(pre_r);
     t_boundaries();
+    t_window();
     t_realloc();
     t_fork();
     t_threads();
