@@ -7,7 +7,8 @@
 #  2. many to one: 2 VMs send from 4 threads each to a third, whose 4
 #     threads receive MPI_ANY_SOURCE / MPI_ANY_TAG;
 #  3. 4 MiB messages from 4 threads at once, malloc'd (fragment pipeline)
-#     and MPI_Alloc_mem (single copy);
+#     and MPI_Alloc_mem (single copy); again with the region heap preloaded
+#     (the threads' malloc'd buffers in the region, docs/heap.md);
 #  4. a rank killed while the other's threads send to it: the job ends with
 #     an error, no hang.
 # Needs root, iproute2 and Open MPI; skipped (77) otherwise.
@@ -34,8 +35,9 @@ export SIMVM_TIMEOUT
 # receives adds no peers in Open MPI 4.1, so it counts nothing)
 threaded() {
     name=$1 hosts=$2 np=$3 mode=$4 nt=$5
+    shift 5
     simvm_mpirun "$hosts" "$np" --mca btl self,vader,ivshmem --mca mpi_yield_when_idle 1 \
-        --mca btl_ivshmem_stats 1 "$work/mpi_threads" "$mode" "$nt" >"$work/$name.out" 2>&1
+        --mca btl_ivshmem_stats 1 "$@" "$work/mpi_threads" "$mode" "$nt" >"$work/$name.out" 2>&1
     rc=$?
     n=$(grep -c "btl ivshmem stats: .*: route region: [1-9][0-9]* sends" "$work/$name.out")
     if [ $rc -eq 0 ] && grep -q "THREADS ok $mode" "$work/$name.out" && [ "$n" -ge 2 ]; then
@@ -47,6 +49,18 @@ threaded() {
 threaded pingpong "$TWO" 2 pingpong 8
 threaded many "$THREE" 3 many 4
 threaded large "$TWO" 2 large 4
+# the same large messages with the region heap (docs/heap.md): the threads'
+# malloc'd buffers come from the region, allocated from several threads
+heap="$top_builddir/libivshm/.libs/libivshm-heap.so"
+if [ -f "$heap" ]; then
+    threaded large-heap "$TWO" 2 large 4 -x LD_PRELOAD="$heap"
+    nb=$(sed -n 's/.*btl ivshmem heap: rank [0-9]*: \([0-9]*\) blocks.*/\1/p' "$work/large-heap.out" | awk '$1 > 0' | wc -l)
+    if [ "$nb" = 2 ]; then
+        ok "large with the region heap: both ranks' buffers came from the region"
+    else
+        bad "large with the region heap: $nb ranks took region blocks"; grep "btl ivshmem heap" "$work/large-heap.out"
+    fi
+fi
 
 # ---- 4. a rank dies while the other's threads send to it
 t0=$(date +%s)
