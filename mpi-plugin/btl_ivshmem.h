@@ -93,6 +93,9 @@ typedef struct mca_btl_ivshmem_component_t {
     pthread_mutex_t lock;
     /* ob1's error callback (btl_register_error): a lost lease ends the job */
     mca_btl_base_module_error_cb_fn_t error_cb;
+    /* messages up to this size fit one of our cells: btl_alloc stages them
+     * privately without asking the channel for a fragment */
+    size_t inline_max;
 } mca_btl_ivshmem_component_t;
 
 /* Bumped whenever the component struct or mem_* change meaning. */

@@ -299,6 +299,8 @@ int mca_btl_ivshmem_setup(void)
         return step_aside(st, "invalid btl_ivshmem parameters");
     if (m->btl_max_send_size > cfg.frag_size)
         m->btl_max_send_size = cfg.frag_size;
+    /* a cell's header takes 56 of its bytes (64: a margin) */
+    c->inline_max = cfg.cell_size > 64 ? cfg.cell_size - 64 : 0;
     if (m->btl_eager_limit > m->btl_max_send_size)
         m->btl_eager_limit = m->btl_max_send_size;
     if (m->btl_rndv_eager_limit > m->btl_eager_limit)

@@ -170,16 +170,22 @@ ivshmem_alloc(struct mca_btl_base_module_t *btl,
     f->reserved = false;
     /* A message larger than a cell goes into one of our channel fragments
      * right away, so that ob1 packs it into shared memory and send only
-     * publishes it (two copies in all, not three). Not under
-     * MPI_THREAD_MULTIPLE: alloc runs outside the component's lock. Small
-     * messages, any without a free fragment and any behind queued sends
-     * (those get freed fragments first) are staged privately. */
+     * publishes it (two copies in all, not three). Under
+     * MPI_THREAD_MULTIPLE the reservation takes the component's lock and
+     * the pack (ob1's, after alloc returns) runs outside it, so threads
+     * copy in parallel. Small messages, any without a free fragment and
+     * any behind queued sends (those get freed fragments first) are staged
+     * privately. */
     void *buf;
-    if (!C->threads && endpoint && opal_list_is_empty(&endpoint->pending) &&
-        ivshm_ep_reserve_frag(C->ep, endpoint->peer, size, &buf, &f->rsv) ==
-            IVSHM_OK) {
-        f->segment.seg_addr.pval = buf;
-        f->reserved = true;
+    if (endpoint && size > C->inline_max) {
+        IVSHMEM_LOCK();
+        if (C->ep && opal_list_is_empty(&endpoint->pending) &&
+            ivshm_ep_reserve_frag(C->ep, endpoint->peer, size, &buf,
+                                  &f->rsv) == IVSHM_OK) {
+            f->segment.seg_addr.pval = buf;
+            f->reserved = true;
+        }
+        IVSHMEM_UNLOCK();
     }
     f->segment.seg_len = size;
     f->base.des_segments = &f->segment;
@@ -195,8 +201,12 @@ static int ivshmem_free(struct mca_btl_base_module_t *btl,
 {
     (void)btl;
     mca_btl_ivshmem_frag_t *f = (mca_btl_ivshmem_frag_t *)des;
-    if (f->reserved && C->ep) /* never sent: the fragment comes back */
-        ivshm_ep_cancel(C->ep, &f->rsv);
+    if (f->reserved) { /* never sent: the fragment comes back */
+        IVSHMEM_LOCK();
+        if (C->ep)
+            ivshm_ep_cancel(C->ep, &f->rsv);
+        IVSHMEM_UNLOCK();
+    }
     f->reserved = false;
     opal_free_list_return(&C->frags, (opal_free_list_item_t *)des);
     return OPAL_SUCCESS;

@@ -32,6 +32,7 @@ static void ep_free_local(ivshm_ep_t *ep)
     free(ep->active);
     free(ep->frag_issued);
     free(ep->frag_dest);
+    free(ep->frag_held);
     free(ep->gapped);
     free(ep->banks);
     free(ep);
@@ -127,8 +128,9 @@ ivshm_status_t ivshm_ep_create(ivshm_domain_t *d, int index,
     ep->active = calloc(ep->cfg.fbox_budget + 1, sizeof(*ep->active));
     ep->frag_issued = calloc(ep->cfg.frag_count, sizeof(*ep->frag_issued));
     ep->frag_dest = calloc(ep->cfg.frag_count, sizeof(*ep->frag_dest));
+    ep->frag_held = calloc(ep->cfg.frag_count, sizeof(*ep->frag_held));
     ep->gapped = calloc(d->max_eps, sizeof(*ep->gapped));
-    if (!ep->peers || !ep->active || !ep->frag_issued || !ep->frag_dest ||
+    if (!ep->peers || !ep->active || !ep->frag_issued || !ep->frag_dest || !ep->frag_held ||
         !ep->gapped) {
         st = ivshm__fail(IVSHM_ERR_SYS, "out of memory");
         goto err_free;

@@ -81,7 +81,7 @@ void ivshm__frag_ack(_Atomic uint64_t *done, uint64_t lend)
 void ivshm__frag_reclaim(ivshm_ep_t *ep, uint32_t idx)
 {
     for (uint32_t i = 0; i < ep->cfg.frag_count; i++)
-        if (ep->frag_dest[i] == idx && !frag_free(ep, i))
+        if (ep->frag_dest[i] == idx && !ep->frag_held[i] && !frag_free(ep, i))
             ivshm__frag_ack(&ep->fdone[i], ep->frag_issued[i]);
 }
 

@@ -97,6 +97,9 @@ struct ivshm_ep {
     _Atomic uint64_t *grants, *rdone, *fdone;
     uint64_t *frag_issued; /* lend number of each fragment's last loan */
     uint32_t *frag_dest;   /* the peer it was lent to */
+    uint8_t *frag_held;    /* reserved by the caller, not yet published:
+                              its holder may still write it, so a gone
+                              peer does not free it (cancel/commit do) */
     uint32_t frag_next;
     uint64_t frag_check_ns; /* last look for fragments of gone peers */
     ivshm_msg_handler_t handler;

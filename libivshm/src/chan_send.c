@@ -287,8 +287,10 @@ ivshm_status_t ivshm_ep_reserve_frag(ivshm_ep_t *ep, uint32_t peer, size_t len,
     int f = ivshm__frag_take(ep);
     if (f < 0)
         return IVSHM_ERR_AGAIN;
-    /* lent now, so that no other message takes it while it is filled */
+    /* lent now, so that no other message takes it while it is filled, and
+     * held: a peer found gone meanwhile does not free it under its writer */
     rsv->lend = ivshm__frag_lend(ep, f, peer);
+    ep->frag_held[f] = 1;
     rsv->cell = NULL;
     rsv->peer = peer;
     rsv->frag = f;
@@ -308,11 +310,12 @@ ivshm_status_t ivshm_ep_commit(ivshm_ep_t *ep, const ivshm_rsv_t *rsv,
          * cell claimed now */
         ivshm_status_t st = tx_begin(ep, rsv->peer, &p);
         if (st != IVSHM_OK)
-            return st;
+            return st; /* still held: the caller cancels or tries again */
         if (!(c = claim_cell(ep, p, &pos))) {
             BUMP(ep, stalls, 1);
             return IVSHM_ERR_AGAIN;
         }
+        ep->frag_held[rsv->frag] = 0; /* published below: lent, not held */
     }
     if (len > rsv->len)
         len = rsv->len;
@@ -326,8 +329,10 @@ ivshm_status_t ivshm_ep_commit(ivshm_ep_t *ep, const ivshm_rsv_t *rsv,
 void ivshm_ep_cancel(ivshm_ep_t *ep, const ivshm_rsv_t *rsv)
 {
     struct peer *p = ep->peers[rsv->peer];
-    if (rsv->frag >= 0) /* hand the fragment back ourselves */
+    if (rsv->frag >= 0) { /* hand the fragment back ourselves */
+        ep->frag_held[rsv->frag] = 0;
         ivshm__frag_ack(&ep->fdone[rsv->frag], rsv->lend);
+    }
     if (!rsv->cell)
         return; /* no cell was claimed */
     ivshm__publish(ep, p, rsv->peer, rsv->cell, rsv->pos, CELL_NOP, 0, 0, 0,

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "chan_internal.h"
 #include "chan_layout.h"
 #include "../testutil.h"
 #include "../mp/chan_traffic.h"
@@ -283,10 +284,22 @@ static void test_reserve_frag(void **state)
     assert_int_equal(col.bytes, 4000);
     assert_int_equal(col.buf[0], 'f');
     assert_int_equal(col.buf[3999], 'f');
-    /* every fragment is free again (acknowledged or cancelled) */
-    for (int i = 0; i < 4; i++)
-        assert_int_equal(ivshm_ep_reserve_frag(b, peer, 5000, &buf, &rsv), IVSHM_OK);
+    /* every fragment is free again (acknowledged or cancelled); a held one
+     * stays with its holder when its peer is taken for gone (what the
+     * clean-up of a dead peer does), so no other message gets it while
+     * the holder may still write it */
+    ivshm_rsv_t held[4];
+    void *hbuf[4];
+    assert_int_equal(ivshm_ep_reserve_frag(b, peer, 5000, &hbuf[0], &held[0]), IVSHM_OK);
+    ivshm__frag_reclaim(b, peer);
+    for (int i = 1; i < 4; i++) {
+        assert_int_equal(ivshm_ep_reserve_frag(b, peer, 5000, &hbuf[i], &held[i]), IVSHM_OK);
+        assert_ptr_not_equal(hbuf[i], hbuf[0]);
+    }
     assert_int_equal(ivshm_ep_reserve_frag(b, peer, 5000, &buf, &rsv), IVSHM_ERR_AGAIN);
+    ivshm_ep_cancel(b, &held[0]);
+    assert_int_equal(ivshm_ep_reserve_frag(b, peer, 5000, &buf, &rsv), IVSHM_OK);
+    assert_ptr_equal(buf, hbuf[0]);
     ivshm_ep_stats_t es;
     ivshm_ep_stats(a, &es);
     assert_int_equal(es.invalid_dropped, 0);
