@@ -60,10 +60,11 @@ else
     bad "switch off (rc $rc)"; tail -20 "$work/off.out"
 fi
 
-# ---- 2. switch on
+# ---- 2. switch on (the main thread alone takes some 30 large blocks; the
+# churning threads' share depends on timing)
 run on mpi_heap -x LD_PRELOAD="$heap"
 if passed "$work/on.out" 8 &&
-   [ "$(heapstat "$work/on.out" | awk '$1 > 100' | wc -l)" = 2 ] &&
+   [ "$(heapstat "$work/on.out" | awk '$1 >= 20' | wc -l)" = 2 ] &&
    [ "$(gets "$work/on.out" | awk '$1 >= 20 && $2 == 0' | wc -l)" = 2 ]; then
     ok "switch on: every check passes; large blocks from the region, read with single-copy gets ($(gets "$work/on.out" | awk '{printf "%s ", $1}')gets)"
 else
