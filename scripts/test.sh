@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh Debian 12 machine (as root):
 # installs the packages, builds with -Werror, runs `make check`, compiles
 # the Open MPI components against Open MPI 5.x, runs the tests again under
-# ASan+UBSan (and the threaded ones under TSan), and `make distcheck`.
+# ASan+UBSan (and the threaded ones under TSan, the region heap under
+# UBSan), and `make distcheck`.
 set -eu
 cd "$(dirname "$0")/.."
 top=$(pwd)
@@ -46,6 +47,17 @@ rm -rf "$top/_build-tsan" && mkdir -p "$top/_build-tsan" && cd "$top/_build-tsan
     LDFLAGS="-fsanitize=thread" >configure.out 2>&1 || { cat configure.out; exit 1; }
 make -j"$jobs" tests/unit/test_chan >make.out 2>&1 || { cat make.out; exit 1; }
 TSAN_OPTIONS="halt_on_error=1" ./tests/unit/test_chan
+cd "$top"
+# UBSan over the region heap (libivshm-heap.so, a shared object that
+# replaces malloc): ASan and TSan bring a malloc of their own, so the heap
+# and its test get a shared build with UBSan alone
+echo "=== build: ubsan (region heap)"
+rm -rf "$top/_build-ubsan" && mkdir -p "$top/_build-ubsan" && cd "$top/_build-ubsan"
+"$top/configure" --enable-werror --without-ompi --disable-guest-tests \
+    CFLAGS="-O1 -g -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
+    LDFLAGS="-fsanitize=undefined" >configure.out 2>&1 || { cat configure.out; exit 1; }
+make -j"$jobs" tests/mp/test_heap >make.out 2>&1 || { cat make.out; exit 1; }
+UBSAN_OPTIONS=print_stacktrace=1 ./tests/mp/test_heap
 cd "$top"
 if [ "${IVSHM_SKIP_DISTCHECK:-0}" != 1 ]; then
     echo "=== make distcheck"
