@@ -198,6 +198,11 @@ mca_btl_ivshmem_prepare_src(struct mca_btl_base_module_t *btl,
 void mca_btl_ivshmem_event(void *arg, int kind, uint32_t peer);
 /* retries queued sends; returns how many completed */
 int mca_btl_ivshmem_progress_pending(void);
+/* region memory of this process' lease, or NULL (full, lease lost); no
+ * lock: the chunk allocator is safe between threads (the mpool's path and
+ * the region heap's backend) */
+void *mca_btl_ivshmem_region_alloc(size_t size);
+void mca_btl_ivshmem_region_free(void *ptr);
 /* the region heap's backend (btl_ivshmem_heap.c): attach once the region
  * route is up, detach first at teardown; no-ops without libivshm-heap.so */
 void mca_btl_ivshmem_heap_attach(void);

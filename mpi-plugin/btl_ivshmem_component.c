@@ -105,8 +105,9 @@ static int ivshmem_register(void)
             &c->stats);
     /* Defaults tuned for MPI on a 16-core host (benchmarks/compare.sh):
      * 1 KiB cells carry messages of up to ~960 bytes inline, so 256 B and
-     * 512 B no longer take a fragment (latency 0.87 -> 0.68 us and 1.05 ->
-     * 0.84 us, vader 0.65 and 0.94; results/2026-11-23-heap/cells.txt),
+     * 512 B no longer take a fragment (latency 0.88 -> 0.67 us and 1.03 ->
+     * 0.82 us, vader 0.64 and 0.94: medians of 3 rounds on the H100 kind,
+     * ranks on cores 0 and 1; results/2026-11-23-heap/cells.txt),
      * with 32 of them per fast box (a fast box stays within its 64 KiB
      * bank); 64 fragments of 64 KiB keep the two-copy
      * pipeline full (peak bandwidth 12.8 -> 18.4 GB/s); 4 MiB of the region
@@ -372,17 +373,34 @@ static bool region_mem_useful(void)
     return c->ep && (c->reached || c->others_seen + 1 < c->npeers);
 }
 
+void *mca_btl_ivshmem_region_alloc(size_t size)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    uint64_t off;
+    if (!c->r || ivshm_alloc(c->r, size, &off) != IVSHM_OK)
+        return NULL;
+    return (char *)ivshm_region_base(c->r) + off;
+}
+
+void mca_btl_ivshmem_region_free(void *ptr)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    /* no region: it is gone, and its chunks with it */
+    uint64_t off = mca_btl_ivshmem_region_offset(ptr, 1);
+    if (off != UINT64_MAX)
+        (void)ivshm_free(c->r, off); /* fails only with the lease lost */
+}
+
 static void *region_mem_alloc(size_t size)
 {
     mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
     if (!region_mem_useful() ||
         size <= mca_btl_ivshmem_module.super.btl_eager_limit)
         return NULL;
-    uint64_t off;
     IVSHMEM_LOCK();
-    ivshm_status_t st = ivshm_alloc(c->r, size, &off);
+    void *p = mca_btl_ivshmem_region_alloc(size);
     IVSHMEM_UNLOCK();
-    if (st != IVSHM_OK) {
+    if (!p) {
         static bool said;
         if (!said)
             opal_output_verbose(1, c->output,
@@ -391,19 +409,14 @@ static void *region_mem_alloc(size_t size)
                                 "sends), as will others that do not fit: %s",
                                 size, ivshm_last_error());
         said = true;
-        return NULL;
     }
-    return (char *)ivshm_region_base(c->r) + off;
+    return p;
 }
 
 static void region_mem_free(void *ptr)
 {
-    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
-    /* no region: it is gone, and its chunks with it */
     IVSHMEM_LOCK();
-    uint64_t off = mca_btl_ivshmem_region_offset(ptr, 1);
-    if (off != UINT64_MAX)
-        (void)ivshm_free(c->r, off);
+    mca_btl_ivshmem_region_free(ptr);
     IVSHMEM_UNLOCK();
 }
 

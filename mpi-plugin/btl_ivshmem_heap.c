@@ -11,10 +11,11 @@
  * region's unmapping leaves those pages alone).
  *
  * The backend's functions run on any application thread, also outside
- * MPI calls and under MPI_THREAD_SINGLE: they use only the chunk
- * allocator, which is safe between threads as between processes (one CAS
- * per chunk), and never the component's lock (a thread in malloc must not
- * wait for one in MPI, which may itself be in malloc).
+ * MPI calls and under MPI_THREAD_SINGLE: they are the component's unlocked
+ * region alloc/free (the chunk allocator is safe between threads as
+ * between processes: one CAS per chunk), never behind the component's lock
+ * (a thread in malloc must not wait for one in MPI, which may itself be in
+ * malloc).
  */
 #include "btl_ivshmem.h"
 
@@ -24,26 +25,13 @@
 
 #define C (&mca_btl_ivshmem_component)
 
-static bool heap_attached;
+/* the heap's entry points, found when it attached (NULL: not attached) */
+static size_t (*heap_detach)(ivshm_heap_kept_fn, void *);
+static void (*heap_stats)(ivshm_heap_stats_t *);
 
 static int heap_useful(void)
 {
     return C->mem_useful && C->mem_useful();
-}
-
-static void *heap_alloc(size_t size)
-{
-    uint64_t off;
-    if (!C->r || ivshm_alloc(C->r, size, &off) != IVSHM_OK)
-        return NULL; /* full, or the lease is lost: the C library's turn */
-    return (char *)ivshm_region_base(C->r) + off;
-}
-
-static void heap_free(void *p)
-{
-    uint64_t off = mca_btl_ivshmem_region_offset(p, 1);
-    if (off != UINT64_MAX)
-        (void)ivshm_free(C->r, off); /* fails only with the lease lost */
 }
 
 void mca_btl_ivshmem_heap_attach(void)
@@ -56,16 +44,21 @@ void mca_btl_ivshmem_heap_attach(void)
     ivshm_heap_backend_t be = {
         .abi = IVSHM_HEAP_ABI,
         .useful = heap_useful,
-        .alloc = heap_alloc,
-        .free = heap_free,
+        .alloc = mca_btl_ivshmem_region_alloc,
+        .free = mca_btl_ivshmem_region_free,
     };
-    heap_attached = attach(&be) == 0;
+    bool ok = attach(&be) == 0;
     opal_output_verbose(1, C->output,
-                        heap_attached
-                            ? "btl ivshmem: region heap attached: large malloc "
-                              "blocks come from the region"
-                            : "btl ivshmem: libivshm-heap.so is loaded but "
-                              "refused the backend (another version?)");
+                        ok ? "btl ivshmem: region heap attached: large malloc "
+                             "blocks come from the region"
+                           : "btl ivshmem: libivshm-heap.so is loaded but "
+                             "refused the backend (another version?)");
+    if (!ok)
+        return;
+    heap_detach = (size_t(*)(ivshm_heap_kept_fn, void *))dlsym(
+        RTLD_DEFAULT, "ivshm_heap_detach");
+    heap_stats = (void (*)(ivshm_heap_stats_t *))dlsym(RTLD_DEFAULT,
+                                                        "ivshm_heap_stats");
 }
 
 static void keep(void *addr, size_t len, void *arg)
@@ -77,24 +70,18 @@ static void keep(void *addr, size_t len, void *arg)
 
 void mca_btl_ivshmem_heap_detach(void)
 {
-    if (!heap_attached)
-        return;
-    heap_attached = false;
-    size_t (*detach)(ivshm_heap_kept_fn, void *) =
-        (size_t(*)(ivshm_heap_kept_fn, void *))dlsym(RTLD_DEFAULT,
-                                                      "ivshm_heap_detach");
-    if (detach)
-        detach(keep, NULL);
+    if (heap_detach)
+        heap_detach(keep, NULL);
+    heap_detach = NULL;
+    heap_stats = NULL;
 }
 
 void mca_btl_ivshmem_heap_print_stats(void)
 {
-    void (*stats)(ivshm_heap_stats_t *) = (void (*)(ivshm_heap_stats_t *))
-        dlsym(RTLD_DEFAULT, "ivshm_heap_stats");
-    if (!stats || !heap_attached)
+    if (!heap_stats)
         return;
     ivshm_heap_stats_t s;
-    stats(&s);
+    heap_stats(&s);
     opal_output(0,
                 "btl ivshmem heap: rank %u: %llu blocks %llu bytes from the "
                 "region (%llu live), %llu did not fit, %llu large blocks "

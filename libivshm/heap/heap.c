@@ -413,6 +413,9 @@ static size_t privatize_all(bool give_back, struct blk **ranges)
             void *m = mmap(NULL, n * sizeof(struct blk), PROT_READ | PROT_WRITE,
                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             *ranges = m == MAP_FAILED ? NULL : m;
+            if (!*ranges)
+                say("ivshm heap: no memory to list %zu live buffers for the "
+                    "region's owner; they go when the region is unmapped\n", n);
         }
     }
     size_t k = 0;

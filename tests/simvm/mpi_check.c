@@ -8,19 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int rank, size, passed, failed;
-
-static void check(int ok, const char *what)
-{
-    int all_ok;
-    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-    if (all_ok)
-        passed++;
-    else
-        failed++;
-    if (rank == 0 && !all_ok)
-        printf("mpi_check: FAILED %s\n", what);
-}
+#define TALLY_NAME "mpi_check"
+#include "mpi_tally.h"
 
 static unsigned char pat(int src, int dst, size_t i, int salt)
 {
