@@ -19,7 +19,10 @@
 #include "opal/class/opal_free_list.h"
 #include "opal/mca/btl/btl.h"
 #include "opal/mca/btl/base/base.h"
+#include "opal/mca/base/mca_base_framework.h"
 #include "opal/util/proc.h"
+
+#include <string.h>
 
 #include <pthread.h>
 
@@ -86,6 +89,16 @@ typedef struct mca_btl_ivshmem_component_t {
     bool (*mem_useful)(void);        /* would region buffers serve a peer */
     void *(*mem_alloc)(size_t size); /* NULL: cannot (caller mallocs) */
     void (*mem_free)(void *ptr);
+    /* Region memory for coll ivshmem's shared areas (same abi check):
+     * memory of this process' lease (NULL: none), its region offset in
+     * *off; our address of a range another process allocated, once the
+     * range is checked to be that process' memory (IVSHM_OK); whether a
+     * process' lease still holds (dead leases collected first). */
+    void *(*coll_alloc)(size_t size, uint64_t *off);
+    void (*coll_free)(void *ptr);
+    int (*coll_map)(const ivshm_identity_t *owner, uint64_t off,
+                    uint64_t len, void **addr);
+    bool (*coll_alive)(const ivshm_identity_t *id);
     /* MPI_THREAD_MULTIPLE: every call into the endpoint holds this
      * recursive lock (an ob1 callback made from our progress may send);
      * progress only tries it. Unused, and never taken, otherwise. */
@@ -98,11 +111,30 @@ typedef struct mca_btl_ivshmem_component_t {
     size_t inline_max;
 } mca_btl_ivshmem_component_t;
 
-/* Bumped whenever the component struct or mem_* change meaning. */
-#define MCA_BTL_IVSHMEM_ABI 0x49560002u
+/* Bumped whenever the component struct or mem_* / coll_* change meaning. */
+#define MCA_BTL_IVSHMEM_ABI 0x49560003u
 
 OPAL_MODULE_DECLSPEC extern mca_btl_ivshmem_component_t
     mca_btl_ivshmem_component;
+
+/* The BTL ivshmem of this process, for the project's other components
+ * (mpool, coll), which are separate objects: found among the initialised
+ * BTLs, and only if built from this header (abi). */
+static inline mca_btl_ivshmem_component_t *mca_btl_ivshmem_find(void)
+{
+    if (!mca_base_framework_is_open(&opal_btl_base_framework))
+        return NULL;
+    mca_btl_base_selected_module_t *sm;
+    OPAL_LIST_FOREACH (sm, &mca_btl_base_modules_initialized,
+                       mca_btl_base_selected_module_t) {
+        mca_btl_base_component_t *bc = sm->btl_component;
+        if (strcmp(bc->btl_version.mca_component_name, "ivshmem") != 0)
+            continue;
+        mca_btl_ivshmem_component_t *c = (mca_btl_ivshmem_component_t *)bc;
+        return c->abi == MCA_BTL_IVSHMEM_ABI ? c : NULL;
+    }
+    return NULL;
+}
 
 typedef struct mca_btl_ivshmem_module_t {
     mca_btl_base_module_t super;

@@ -26,6 +26,10 @@ static int ivshmem_progress(void);
 static bool region_mem_useful(void);
 static void *region_mem_alloc(size_t size);
 static void region_mem_free(void *ptr);
+static void *coll_alloc(size_t size, uint64_t *off);
+static int coll_map(const ivshm_identity_t *owner, uint64_t off, uint64_t len,
+                    void **addr);
+static bool coll_alive(const ivshm_identity_t *id);
 
 mca_btl_ivshmem_component_t mca_btl_ivshmem_component = {
     .super = {
@@ -45,6 +49,10 @@ mca_btl_ivshmem_component_t mca_btl_ivshmem_component = {
     .mem_useful = region_mem_useful,
     .mem_alloc = region_mem_alloc,
     .mem_free = region_mem_free,
+    .coll_alloc = coll_alloc,
+    .coll_free = region_mem_free,
+    .coll_map = coll_map,
+    .coll_alive = coll_alive,
 };
 
 static void frag_construct(mca_btl_ivshmem_frag_t *f)
@@ -418,6 +426,42 @@ static void region_mem_free(void *ptr)
     IVSHMEM_LOCK();
     mca_btl_ivshmem_region_free(ptr);
     IVSHMEM_UNLOCK();
+}
+
+/* coll ivshmem's areas: the region is useful to it also where this BTL
+ * reaches no peer (every rank in one VM still shares one region) */
+static void *coll_alloc(size_t size, uint64_t *off)
+{
+    IVSHMEM_LOCK();
+    void *p = mca_btl_ivshmem_region_alloc(size);
+    IVSHMEM_UNLOCK();
+    *off = p ? mca_btl_ivshmem_region_offset(p, size) : UINT64_MAX;
+    return p;
+}
+
+static int coll_map(const ivshm_identity_t *owner, uint64_t off, uint64_t len,
+                    void **addr)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    *addr = NULL;
+    if (!c->r)
+        return IVSHM_ERR_INVAL;
+    ivshm_status_t st = ivshm_region_owned(c->r, owner, off, len);
+    if (st == IVSHM_OK)
+        *addr = (char *)ivshm_region_base(c->r) + off;
+    return st;
+}
+
+static bool coll_alive(const ivshm_identity_t *id)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    if (!c->r)
+        return false;
+    IVSHMEM_LOCK();
+    (void)ivshm_gc(c->r, NULL); /* a dead lease in this VM ends at once */
+    ivshm_locality_t loc = ivshm_peer_locality(c->r, id);
+    IVSHMEM_UNLOCK();
+    return loc != IVSHM_PEER_STALE && loc != IVSHM_PEER_REMOTE;
 }
 
 mca_btl_ivshmem_modex_t *mca_btl_ivshmem_modex_get(const opal_process_name_t *name)

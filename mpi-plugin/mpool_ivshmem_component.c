@@ -54,22 +54,9 @@ mca_mpool_ivshmem_component_t mca_mpool_ivshmem_component = {
     },
 };
 
-/* The BTL ivshmem of this process, if it is initialised and built from
- * the same header (abi). */
 static mca_btl_ivshmem_component_t *btl_ivshmem(void)
 {
-    if (!mca_base_framework_is_open(&opal_btl_base_framework))
-        return NULL;
-    mca_btl_base_selected_module_t *sm;
-    OPAL_LIST_FOREACH (sm, &mca_btl_base_modules_initialized,
-                       mca_btl_base_selected_module_t) {
-        mca_btl_base_component_t *bc = sm->btl_component;
-        if (strcmp(bc->btl_version.mca_component_name, "ivshmem") != 0)
-            continue;
-        mca_btl_ivshmem_component_t *c = (mca_btl_ivshmem_component_t *)bc;
-        return c->abi == MCA_BTL_IVSHMEM_ABI ? c : NULL;
-    }
-    return NULL;
+    return mca_btl_ivshmem_find();
 }
 
 static void *mpool_ivshmem_alloc(mca_mpool_base_module_t *mpool, size_t size,

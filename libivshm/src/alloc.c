@@ -124,6 +124,26 @@ ivshm_status_t ivshm_free(ivshm_region_t *r, uint64_t off)
     return ivshm__free_tagged(r, off, OWNER_TAG(OWNER_PROC, r->slot, r->gen));
 }
 
+ivshm_status_t ivshm_region_owned(ivshm_region_t *r,
+                                  const ivshm_identity_t *owner, uint64_t off,
+                                  uint64_t len)
+{
+    ivshm_locality_t loc = ivshm_peer_locality(r, owner);
+    if (loc == IVSHM_PEER_REMOTE)
+        return ivshm__fail(IVSHM_ERR_INVAL,
+                           "the owner does not map this region");
+    if (loc == IVSHM_PEER_STALE)
+        return ivshm__fail(IVSHM_ERR_PEER_DEAD,
+                           "the owner's lease (slot %u) ended", owner->slot);
+    if (!ivshm__range_owned(r, off, len,
+                            OWNER_TAG(OWNER_PROC, owner->slot, owner->gen)))
+        return ivshm__fail(IVSHM_ERR_INVAL,
+                           "[%llu, +%llu) is not memory of the lease on slot %u",
+                           (unsigned long long)off, (unsigned long long)len,
+                           owner->slot);
+    return IVSHM_OK;
+}
+
 unsigned ivshm__free_owned_by(ivshm_region_t *r, uint64_t tag)
 {
     unsigned n = 0;

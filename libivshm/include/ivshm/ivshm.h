@@ -180,6 +180,13 @@ const char *ivshm_locality_str(ivshm_locality_t l);
  * freed when it detaches or is reclaimed. Returns the region offset. */
 ivshm_status_t ivshm_alloc(ivshm_region_t *r, uint64_t size, uint64_t *off);
 ivshm_status_t ivshm_free(ivshm_region_t *r, uint64_t off);
+/* Whether [off, off+len) is wholly memory allocated by the process that
+ * published owner, and its lease still holds: IVSHM_OK, IVSHM_ERR_PEER_DEAD
+ * (lease ended), IVSHM_ERR_INVAL (not its memory, or another region). For
+ * memory that several processes share by offset (collective areas). */
+ivshm_status_t ivshm_region_owned(ivshm_region_t *r,
+                                  const ivshm_identity_t *owner, uint64_t off,
+                                  uint64_t len);
 
 /* ---- job areas ---- */
 

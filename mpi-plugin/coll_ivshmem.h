@@ -1,0 +1,230 @@
+/*
+ * coll ivshmem: MPI collectives through the ivshmem region, for the ranks
+ * of a communicator that map the same region (one host, any number of VMs,
+ * any number of ranks per VM). docs/collectives.md says why it is built
+ * this way.
+ *
+ * Parts, one file each:
+ *   coll_ivshmem_component.c  parameters, which communicators it takes,
+ *                             the module's life, the fallback functions
+ *   coll_ivshmem_area.c       the shared area of a communicator: setup by
+ *                             agreement, per-rank step counters, waiting
+ *                             (with progress and liveness), teardown
+ *   coll_ivshmem_ops.c        the algorithms over one region
+ *   coll_ivshmem_hier.c       communicators that span regions: one level
+ *                             in each region, leaders over the network
+ *
+ * The region itself is the BTL ivshmem's (found among the initialised
+ * BTLs, like the mpool does); which region each rank maps is read from
+ * the BTL's modex entries, which every rank sees alike, so every rank of a
+ * communicator takes the same decision.
+ */
+#ifndef MCA_COLL_IVSHMEM_H
+#define MCA_COLL_IVSHMEM_H
+
+#include "btl_ivshmem.h"
+
+#include "ompi/communicator/communicator.h"
+#include "ompi/datatype/ompi_datatype.h"
+#include "ompi/op/op.h"
+#include "ompi/mca/coll/coll.h"
+
+#include <stdatomic.h>
+
+BEGIN_C_DECLS
+
+/* the collectives the component may take (coll_ivshmem_enable) */
+enum coll_ivshmem_kind {
+    CIV_BARRIER,
+    CIV_BCAST,
+    CIV_REDUCE,
+    CIV_ALLREDUCE,
+    CIV_ALLGATHER,
+    CIV_ALLTOALL,
+    CIV_NKINDS
+};
+
+typedef struct mca_coll_ivshmem_component_t {
+    mca_coll_base_component_2_0_0_t super;
+    int priority;
+    char *enable;             /* comma list of collective names */
+    unsigned enabled;         /* bit per kind, parsed from enable */
+    unsigned slot_size;       /* bytes per rank and step buffer */
+    unsigned reduce_split;    /* reductions from this size: all ranks reduce */
+    unsigned long max_bytes;  /* larger collectives go to the fallback */
+    unsigned max_ranks;       /* largest region group it serves */
+    int hierarchy;            /* also communicators that span regions */
+    int stats;
+    int verbose;
+    int output;
+} mca_coll_ivshmem_component_t;
+
+OPAL_MODULE_DECLSPEC extern mca_coll_ivshmem_component_t
+    mca_coll_ivshmem_component;
+
+/* One rank's step counter: 4 * step + phase, written only by that rank,
+ * on a line of its own (two lines: no adjacent-line prefetch sharing). */
+#define CIV_LINE 128
+typedef struct civ_ctl {
+    _Atomic uint64_t state;
+    char pad[CIV_LINE - sizeof(uint64_t)];
+} civ_ctl_t;
+_Static_assert(sizeof(civ_ctl_t) == CIV_LINE, "one counter per line pair");
+
+/* phases within a step */
+#define CIV_ARRIVED 1u /* this rank's input of the step is in its slot */
+#define CIV_REDUCED 2u /* its share of the step's result is written */
+#define CIV_DONE 3u    /* it reads nothing of the step any more */
+#define CIV_STATE(step, phase) (4 * (uint64_t)(step) + (phase))
+
+/* The shared area of one communicator (in region chunks of the owner,
+ * comm rank 0): n counters, then two step buffers (even and odd steps),
+ * each with a slot per rank and one for a result. Its layout is computed
+ * by every rank from (n, slot): nothing of it is read from the region. */
+typedef struct civ_area {
+    char *base;      /* our address of the area */
+    uint64_t off;    /* its region offset */
+    uint64_t size;
+    uint32_t n;      /* ranks */
+    uint32_t slot;   /* bytes per slot */
+    civ_ctl_t *ctl;  /* n counters */
+    char *buf;       /* [2][n + 1][slot] */
+    bool owner;      /* we allocated it */
+} civ_area_t;
+
+static inline char *civ_slot(const civ_area_t *a, uint64_t step, uint32_t i)
+{
+    return a->buf + ((step & 1) * (a->n + 1) + i) * (uint64_t)a->slot;
+}
+
+/* what the component saves of the modules below it, to fall back to */
+typedef struct civ_prev {
+    mca_coll_base_module_barrier_fn_t barrier;
+    mca_coll_base_module_t *barrier_module;
+    mca_coll_base_module_bcast_fn_t bcast;
+    mca_coll_base_module_t *bcast_module;
+    mca_coll_base_module_reduce_fn_t reduce;
+    mca_coll_base_module_t *reduce_module;
+    mca_coll_base_module_allreduce_fn_t allreduce;
+    mca_coll_base_module_t *allreduce_module;
+    mca_coll_base_module_allgather_fn_t allgather;
+    mca_coll_base_module_t *allgather_module;
+    mca_coll_base_module_alltoall_fn_t alltoall;
+    mca_coll_base_module_t *alltoall_module;
+} civ_prev_t;
+
+enum civ_mode {
+    CIV_FLAT,   /* every rank maps the same region */
+    CIV_HIER,   /* several regions (or ranks without one) */
+};
+
+enum civ_setup { CIV_SETUP_NOT_YET, CIV_SETUP_OK, CIV_SETUP_FAILED };
+
+typedef struct mca_coll_ivshmem_module_t {
+    mca_coll_base_module_t super;
+    enum civ_mode mode;
+    ompi_communicator_t *comm;
+    civ_prev_t prev;
+    enum civ_setup setup; /* agreed by every rank at the first collective */
+    uint32_t n, me;
+    ivshm_identity_t *ids; /* by comm rank (flat mode) */
+    mca_btl_ivshmem_component_t *btl;
+    civ_area_t area;
+    uint64_t step;     /* the last step this rank began */
+    uint64_t all_done; /* every rank is known done with steps up to here */
+    /* hierarchy (CIV_HIER): made at the first collective */
+    int *group_of;           /* by comm rank: its region group */
+    int *leader_of_group;    /* comm rank of each group's leader */
+    int ngroups, my_group;
+    ompi_communicator_t *local;   /* my group (flat ivshmem module there) */
+    ompi_communicator_t *leaders; /* the groups' leaders; NULL elsewhere */
+    /* counters (coll_ivshmem_stats) */
+    uint64_t count[CIV_NKINDS];    /* collectives run through the region */
+    uint64_t fallback[CIV_NKINDS]; /* handed to the modules below */
+    uint64_t steps, scans;         /* steps; full scans of the counters */
+} mca_coll_ivshmem_module_t;
+OBJ_CLASS_DECLARATION(mca_coll_ivshmem_module_t);
+
+const char *mca_coll_ivshmem_kind_name(int kind);
+
+#define MOD(module) ((mca_coll_ivshmem_module_t *)(module))
+/* an error ends the collective (the communicator's error handler) */
+#define CHECK(x)                                                             \
+    do {                                                                     \
+        int rc_ = (x);                                                       \
+        if (rc_ != OMPI_SUCCESS)                                             \
+            return rc_;                                                      \
+    } while (0)
+
+/* A user buffer seen as a run of packed bytes (coll_ivshmem_buf.c). */
+typedef struct civ_buf {
+    const void *user;
+    char *base; /* first byte (contiguous layouts) */
+    ompi_datatype_t *dt;
+    size_t count;
+    size_t bytes;
+    bool contig;
+} civ_buf_t;
+void civ_buf_init(civ_buf_t *b, const void *buf, size_t count,
+                  ompi_datatype_t *dt);
+/* block i of a buffer of count-element blocks (allgather, alltoall) */
+void civ_buf_block(civ_buf_t *b, const void *buf, int count,
+                   ompi_datatype_t *dt, uint32_t i);
+/* copies packed bytes [off, off + len) of b into dst */
+void civ_buf_get(const civ_buf_t *b, size_t off, void *dst, size_t len);
+/* copies len bytes from src into packed bytes [off, off + len) of b */
+void civ_buf_put(const civ_buf_t *b, size_t off, const void *src, size_t len);
+
+/* coll_ivshmem_area.c */
+/* Agrees on the area at the first collective (collective over comm,
+ * through the fallback functions); sets m->setup. */
+int civ_area_setup(mca_coll_ivshmem_module_t *m);
+void civ_area_release(mca_coll_ivshmem_module_t *m);
+/* begins the next step: returns it, after making sure every rank is done
+ * with the step that used the same buffers (two steps back) */
+int civ_step_begin(mca_coll_ivshmem_module_t *m, uint64_t *step);
+void civ_post(mca_coll_ivshmem_module_t *m, uint64_t step, unsigned phase);
+/* waits until rank i's counter reaches (step, phase) */
+int civ_wait_one(mca_coll_ivshmem_module_t *m, uint32_t i, uint64_t step,
+                 unsigned phase);
+/* waits until every rank's counter reaches (step, phase) */
+int civ_wait_all(mca_coll_ivshmem_module_t *m, uint64_t step, unsigned phase);
+/* what a rank that reached (step, phase) tells about the others */
+void civ_learn(mca_coll_ivshmem_module_t *m, uint64_t step);
+
+/* coll_ivshmem_ops.c: one region (m->mode == CIV_FLAT) */
+int civ_barrier(ompi_communicator_t *comm, mca_coll_base_module_t *module);
+int civ_bcast(void *buf, int count, ompi_datatype_t *dt, int root,
+              ompi_communicator_t *comm, mca_coll_base_module_t *module);
+int civ_reduce(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dt,
+               ompi_op_t *op, int root, ompi_communicator_t *comm,
+               mca_coll_base_module_t *module);
+int civ_allreduce(const void *sbuf, void *rbuf, int count,
+                  ompi_datatype_t *dt, ompi_op_t *op,
+                  ompi_communicator_t *comm, mca_coll_base_module_t *module);
+int civ_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
+                  void *rbuf, int rcount, ompi_datatype_t *rdt,
+                  ompi_communicator_t *comm, mca_coll_base_module_t *module);
+int civ_alltoall(const void *sbuf, int scount, ompi_datatype_t *sdt,
+                 void *rbuf, int rcount, ompi_datatype_t *rdt,
+                 ompi_communicator_t *comm, mca_coll_base_module_t *module);
+
+/* coll_ivshmem_hier.c: several regions (m->mode == CIV_HIER) */
+int civ_hier_barrier(ompi_communicator_t *comm, mca_coll_base_module_t *module);
+int civ_hier_bcast(void *buf, int count, ompi_datatype_t *dt, int root,
+                   ompi_communicator_t *comm, mca_coll_base_module_t *module);
+int civ_hier_reduce(const void *sbuf, void *rbuf, int count,
+                    ompi_datatype_t *dt, ompi_op_t *op, int root,
+                    ompi_communicator_t *comm, mca_coll_base_module_t *module);
+int civ_hier_allreduce(const void *sbuf, void *rbuf, int count,
+                       ompi_datatype_t *dt, ompi_op_t *op,
+                       ompi_communicator_t *comm,
+                       mca_coll_base_module_t *module);
+int civ_hier_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
+                       void *rbuf, int rcount, ompi_datatype_t *rdt,
+                       ompi_communicator_t *comm,
+                       mca_coll_base_module_t *module);
+void civ_hier_release(mca_coll_ivshmem_module_t *m);
+
+END_C_DECLS
+#endif

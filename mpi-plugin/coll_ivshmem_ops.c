@@ -1,0 +1,321 @@
+/*
+ * coll ivshmem: the algorithms among ranks that map one region.
+ *
+ * Every collective is cut into steps of at most one slot per rank
+ * (coll_ivshmem_area.c says how steps synchronise):
+ *   barrier    every rank arrives; rank 0, having seen all, is done, which
+ *              releases the others (two cache-line hand-offs);
+ *   bcast      the root writes its slot and is done; readers copy out;
+ *   reduce     every rank copies its input into its slot; small: the root
+ *   allreduce  (allreduce: rank 0) folds all slots; from reduce_split
+ *              bytes: each rank folds its share of the elements into the
+ *              result slot, then readers copy out. Folding runs from the
+ *              last rank to the first (a_i op acc), so non-commutative
+ *              operations keep rank order;
+ *   allgather  every rank places its block in its slot, then reads all;
+ *   alltoall   every rank places the blocks for all in its slot, then
+ *              reads its own block from every slot.
+ * Datatypes: any layout (packed through a convertor where it is not
+ * contiguous), since a decision must not depend on what only one rank
+ * sees; reductions take contiguous types only (the same on every rank),
+ * others go to the modules below, as does anything above max_bytes.
+ */
+#include "coll_ivshmem.h"
+
+#include "ompi/constants.h"
+#include "ompi/datatype/ompi_datatype.h"
+#include "ompi/op/op.h"
+
+#include <string.h>
+
+
+/* Whether this collective goes through the region: every argument of the
+ * decision is the same on every rank. Sets the area up at the first one. */
+static bool take(mca_coll_ivshmem_module_t *m, int kind, size_t bytes,
+                 int *rc)
+{
+    mca_coll_ivshmem_component_t *cc = &mca_coll_ivshmem_component;
+    *rc = OMPI_SUCCESS;
+    if (m->setup == CIV_SETUP_NOT_YET) {
+        *rc = civ_area_setup(m);
+        if (*rc != OMPI_SUCCESS)
+            return true; /* report the error, do not fall back */
+    }
+    if (m->setup != CIV_SETUP_OK || (cc->max_bytes && bytes > cc->max_bytes)) {
+        m->fallback[kind]++;
+        return false;
+    }
+    m->count[kind]++;
+    return true;
+}
+
+
+int civ_barrier(ompi_communicator_t *comm, mca_coll_base_module_t *module)
+{
+    mca_coll_ivshmem_module_t *m = MOD(module);
+    int rc;
+    if (!take(m, CIV_BARRIER, 0, &rc))
+        return m->prev.barrier(comm, m->prev.barrier_module);
+    CHECK(rc);
+    uint64_t t = ++m->step; /* no buffers: no reuse check */
+    m->steps++;
+    if (m->me == 0) {
+        CHECK(civ_wait_all(m, t, CIV_ARRIVED));
+        civ_post(m, t, CIV_DONE); /* the release */
+    } else {
+        civ_post(m, t, CIV_ARRIVED);
+        CHECK(civ_wait_one(m, 0, t, CIV_DONE));
+        civ_learn(m, t); /* rank 0 saw everyone arrive */
+        civ_post(m, t, CIV_DONE);
+    }
+    return OMPI_SUCCESS;
+}
+
+int civ_bcast(void *buf, int count, ompi_datatype_t *dt, int root,
+              ompi_communicator_t *comm, mca_coll_base_module_t *module)
+{
+    mca_coll_ivshmem_module_t *m = MOD(module);
+    civ_buf_t b;
+    civ_buf_init(&b, buf, (size_t)count, dt);
+    int rc;
+    if (b.bytes == 0)
+        return OMPI_SUCCESS;
+    if (!take(m, CIV_BCAST, b.bytes, &rc))
+        return m->prev.bcast(buf, count, dt, root, comm, m->prev.bcast_module);
+    CHECK(rc);
+    uint32_t r = (uint32_t)root;
+    for (size_t off = 0; off < b.bytes; off += m->area.slot) {
+        size_t len = b.bytes - off < m->area.slot ? b.bytes - off : m->area.slot;
+        uint64_t t;
+        if (m->me == r) {
+            CHECK(civ_step_begin(m, &t));
+            civ_buf_get(&b, off, civ_slot(&m->area, t, r), len);
+            civ_post(m, t, CIV_DONE); /* written, and reads nothing */
+        } else {
+            t = ++m->step;
+            m->steps++;
+            CHECK(civ_wait_one(m, r, t, CIV_ARRIVED));
+            civ_buf_put(&b, off, civ_slot(&m->area, t, r), len);
+            civ_post(m, t, CIV_DONE);
+        }
+    }
+    return OMPI_SUCCESS;
+}
+
+/* A reduction's operands: the same contiguous type on every rank. */
+typedef struct civ_red {
+    ompi_op_t *op;
+    ompi_datatype_t *dt;
+    size_t ext;   /* bytes per element */
+    size_t count;
+    const char *in; /* this rank's input (first byte) */
+    char *out;      /* its output, or NULL */
+} civ_red_t;
+
+static bool red_init(civ_red_t *rd, const void *sbuf, void *rbuf, int count,
+                     ompi_datatype_t *dt, ompi_op_t *op, bool has_out)
+{
+    size_t sz = 0;
+    ptrdiff_t lb = 0, ext = 0, tlb = 0, text = 0;
+    ompi_datatype_type_size(dt, &sz);
+    ompi_datatype_get_extent(dt, &lb, &ext);
+    ompi_datatype_get_true_extent(dt, &tlb, &text);
+    if (!ompi_datatype_is_contiguous_memory_layout(dt, count) ||
+        (size_t)ext != sz || sz == 0 ||
+        sz > mca_coll_ivshmem_component.slot_size)
+        return false;
+    rd->op = op;
+    rd->dt = dt;
+    rd->ext = sz;
+    rd->count = (size_t)count;
+    const void *in = sbuf == MPI_IN_PLACE ? rbuf : sbuf;
+    rd->in = (const char *)in + tlb;
+    rd->out = has_out ? (char *)rbuf + tlb : NULL;
+    return true;
+}
+
+/* target = a_0 op (a_1 op (... op a_{n-1})) over elements [e, e + k) of
+ * the step's slots, e counted from the step's first element */
+static void fold(mca_coll_ivshmem_module_t *m, const civ_red_t *rd,
+                 uint64_t t, size_t e, size_t k, char *target)
+{
+    if (k == 0)
+        return;
+    size_t off = e * rd->ext;
+    memcpy(target, civ_slot(&m->area, t, m->n - 1) + off, k * rd->ext);
+    for (uint32_t i = m->n - 1; i-- > 0;)
+        ompi_op_reduce(rd->op, civ_slot(&m->area, t, i) + off, target, k,
+                       rd->dt);
+}
+
+/* one reduction, result at rank root (or every rank: root < 0) */
+static int reduce_steps(mca_coll_ivshmem_module_t *m, const civ_red_t *rd,
+                        int root)
+{
+    mca_coll_ivshmem_component_t *cc = &mca_coll_ivshmem_component;
+    size_t per_step = m->area.slot / rd->ext;
+    bool split = rd->count * rd->ext >= cc->reduce_split;
+    uint32_t folder = root < 0 ? 0 : (uint32_t)root;
+    for (size_t e0 = 0; e0 < rd->count; e0 += per_step) {
+        size_t k = rd->count - e0 < per_step ? rd->count - e0 : per_step;
+        uint64_t t;
+        CHECK(civ_step_begin(m, &t));
+        memcpy(civ_slot(&m->area, t, m->me), rd->in + e0 * rd->ext,
+               k * rd->ext);
+        char *result = civ_slot(&m->area, t, m->n);
+        if (!split) {
+            if (m->me == folder) {
+                CHECK(civ_wait_all(m, t, CIV_ARRIVED));
+                /* a reduce's root folds straight into its buffer */
+                fold(m, rd, t, 0, k, root < 0 ? result : rd->out + e0 * rd->ext);
+                if (root >= 0) {
+                    civ_post(m, t, CIV_DONE);
+                    continue;
+                }
+                civ_post(m, t, CIV_REDUCED);
+            } else if (root >= 0) {
+                civ_post(m, t, CIV_DONE); /* input given, reads nothing */
+                continue;
+            } else {
+                civ_post(m, t, CIV_ARRIVED);
+                CHECK(civ_wait_one(m, folder, t, CIV_REDUCED));
+                civ_learn(m, t);
+            }
+        } else {
+            civ_post(m, t, CIV_ARRIVED);
+            CHECK(civ_wait_all(m, t, CIV_ARRIVED));
+            size_t lo = k * m->me / m->n, hi = k * (m->me + 1) / m->n;
+            fold(m, rd, t, lo, hi - lo, result + lo * rd->ext);
+            if (root >= 0 && m->me != (uint32_t)root) {
+                civ_post(m, t, CIV_DONE);
+                continue;
+            }
+            civ_post(m, t, CIV_REDUCED);
+            CHECK(civ_wait_all(m, t, CIV_REDUCED));
+        }
+        memcpy(rd->out + e0 * rd->ext, result, k * rd->ext);
+        civ_post(m, t, CIV_DONE);
+    }
+    return OMPI_SUCCESS;
+}
+
+int civ_reduce(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dt,
+               ompi_op_t *op, int root, ompi_communicator_t *comm,
+               mca_coll_base_module_t *module)
+{
+    mca_coll_ivshmem_module_t *m = MOD(module);
+    civ_red_t rd;
+    int rc;
+    bool mine = ompi_comm_rank(comm) == root;
+    if (count == 0)
+        return OMPI_SUCCESS;
+    if (!red_init(&rd, sbuf, rbuf, count, dt, op, mine)) {
+        m->fallback[CIV_REDUCE]++;
+        return m->prev.reduce(sbuf, rbuf, count, dt, op, root, comm,
+                              m->prev.reduce_module);
+    }
+    if (!take(m, CIV_REDUCE, rd.count * rd.ext, &rc))
+        return m->prev.reduce(sbuf, rbuf, count, dt, op, root, comm,
+                              m->prev.reduce_module);
+    CHECK(rc);
+    return reduce_steps(m, &rd, root);
+}
+
+int civ_allreduce(const void *sbuf, void *rbuf, int count,
+                  ompi_datatype_t *dt, ompi_op_t *op,
+                  ompi_communicator_t *comm, mca_coll_base_module_t *module)
+{
+    mca_coll_ivshmem_module_t *m = MOD(module);
+    civ_red_t rd;
+    int rc;
+    if (count == 0)
+        return OMPI_SUCCESS;
+    if (!red_init(&rd, sbuf, rbuf, count, dt, op, true)) {
+        m->fallback[CIV_ALLREDUCE]++;
+        return m->prev.allreduce(sbuf, rbuf, count, dt, op, comm,
+                                 m->prev.allreduce_module);
+    }
+    if (!take(m, CIV_ALLREDUCE, rd.count * rd.ext, &rc))
+        return m->prev.allreduce(sbuf, rbuf, count, dt, op, comm,
+                                 m->prev.allreduce_module);
+    CHECK(rc);
+    return reduce_steps(m, &rd, -1);
+}
+
+int civ_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
+                  void *rbuf, int rcount, ompi_datatype_t *rdt,
+                  ompi_communicator_t *comm, mca_coll_base_module_t *module)
+{
+    mca_coll_ivshmem_module_t *m = MOD(module);
+    civ_buf_t in, out;
+    if (sbuf == MPI_IN_PLACE)
+        civ_buf_block(&in, rbuf, rcount, rdt, m->me);
+    else
+        civ_buf_init(&in, sbuf, (size_t)scount, sdt);
+    int rc;
+    if (in.bytes == 0)
+        return OMPI_SUCCESS;
+    if (!take(m, CIV_ALLGATHER, in.bytes * m->n, &rc))
+        return m->prev.allgather(sbuf, scount, sdt, rbuf, rcount, rdt, comm,
+                                 m->prev.allgather_module);
+    CHECK(rc);
+    for (size_t off = 0; off < in.bytes; off += m->area.slot) {
+        size_t len = in.bytes - off < m->area.slot ? in.bytes - off : m->area.slot;
+        uint64_t t;
+        CHECK(civ_step_begin(m, &t));
+        civ_buf_get(&in, off, civ_slot(&m->area, t, m->me), len);
+        civ_post(m, t, CIV_ARRIVED);
+        CHECK(civ_wait_all(m, t, CIV_ARRIVED));
+        for (uint32_t j = 0; j < m->n; j++) {
+            if (j == m->me && sbuf == MPI_IN_PLACE)
+                continue;
+            civ_buf_block(&out, rbuf, rcount, rdt, j);
+            civ_buf_put(&out, off, civ_slot(&m->area, t, j), len);
+        }
+        civ_post(m, t, CIV_DONE);
+    }
+    return OMPI_SUCCESS;
+}
+
+int civ_alltoall(const void *sbuf, int scount, ompi_datatype_t *sdt,
+                 void *rbuf, int rcount, ompi_datatype_t *rdt,
+                 ompi_communicator_t *comm, mca_coll_base_module_t *module)
+{
+    mca_coll_ivshmem_module_t *m = MOD(module);
+    bool in_place = sbuf == MPI_IN_PLACE;
+    if (in_place) {
+        sbuf = rbuf;
+        scount = rcount;
+        sdt = rdt;
+    }
+    civ_buf_t blk;
+    civ_buf_init(&blk, sbuf, (size_t)scount, sdt);
+    size_t bytes = blk.bytes;
+    size_t per = m->area.slot / (m->n ? m->n : 1); /* per destination */
+    int rc;
+    if (bytes == 0)
+        return OMPI_SUCCESS;
+    if (!take(m, CIV_ALLTOALL, bytes * m->n, &rc))
+        return m->prev.alltoall(in_place ? MPI_IN_PLACE : sbuf, scount, sdt,
+                                rbuf, rcount, rdt, comm,
+                                m->prev.alltoall_module);
+    CHECK(rc);
+    for (size_t off = 0; off < bytes; off += per) {
+        size_t len = bytes - off < per ? bytes - off : per;
+        uint64_t t;
+        CHECK(civ_step_begin(m, &t));
+        char *mine = civ_slot(&m->area, t, m->me);
+        for (uint32_t j = 0; j < m->n; j++) {
+            civ_buf_block(&blk, sbuf, scount, sdt, j);
+            civ_buf_get(&blk, off, mine + j * len, len);
+        }
+        civ_post(m, t, CIV_ARRIVED);
+        CHECK(civ_wait_all(m, t, CIV_ARRIVED));
+        for (uint32_t j = 0; j < m->n; j++) {
+            civ_buf_block(&blk, rbuf, rcount, rdt, j);
+            civ_buf_put(&blk, off, civ_slot(&m->area, t, j) + m->me * len, len);
+        }
+        civ_post(m, t, CIV_DONE);
+    }
+    return OMPI_SUCCESS;
+}
