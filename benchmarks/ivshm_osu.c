@@ -3,7 +3,7 @@
  * transports in one run (see benchmarks/compare.sh).
  *
  *   ivshm-osu BENCH [-m MAXBYTES] [-i ITERS] [-r REPEATS]
- *   BENCH: latency bw bibw mlat put get putbw getbw allreduce bcast
+ *   BENCH: latency bw bibw mlat put get putbw getbw allreduce reduce barrier bcast
  *          allgather alltoall mtrate
  *
  * Prints "bytes value" lines (latency in us one-way / per operation,
@@ -263,6 +263,25 @@ static double b_allreduce(size_t n, int it, char *s, char *r)
     COLL_TIMED(MPI_Allreduce(s, r, cnt ? cnt : 1, MPI_FLOAT, MPI_SUM,
                              MPI_COMM_WORLD));
 }
+static double b_reduce(size_t n, int it, char *s, char *r)
+{
+    int cnt = (int)(n / sizeof(float));
+    COLL_TIMED(MPI_Reduce(s, r, cnt ? cnt : 1, MPI_FLOAT, MPI_SUM, 0,
+                          MPI_COMM_WORLD));
+}
+/* as osu_barrier: back-to-back barriers, no size (printed as 0) */
+static double b_barrier(size_t n, int it, char *s, char *r)
+{
+    (void)n;
+    (void)s;
+    (void)r;
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < it; i++)
+        MPI_Barrier(MPI_COMM_WORLD);
+    double t = MPI_Wtime() - t0, sum;
+    MPI_Allreduce(&t, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return sum / size / it;
+}
 static double b_bcast(size_t n, int it, char *s, char *r)
 {
     (void)r;
@@ -334,6 +353,7 @@ int main(int argc, char **argv)
         {"putbw", b_putbw, 20, 1, 2, 0},        {"getbw", b_getbw, 20, 1, 2, 0},
         {"allgather", b_allgather, 200, 0, 2, 1},
         {"allreduce", b_allreduce, 300, 0, 2, 0},
+        {"reduce", b_reduce, 300, 0, 2, 0},     {"barrier", b_barrier, 2000, 0, 2, 0},
         {"bcast", b_bcast, 300, 0, 2, 0},       {"alltoall", b_alltoall, 200, 0, 2, 1},
         {"mtrate", b_mtrate, 2000, 2, 2, 0},
     };
@@ -344,7 +364,8 @@ int main(int argc, char **argv)
     if (b < 0 || size < tab[b].min_ranks) {
         if (rank == 0)
             fprintf(stderr, "usage: ivshm-osu latency|bw|bibw|mlat|put|get|"
-                            "putbw|getbw|allreduce|bcast|allgather|alltoall|"
+                            "putbw|getbw|allreduce|reduce|barrier|bcast|"
+                            "allgather|alltoall|"
                             "mtrate [-m MAX] [-i N] [-r R] [-a] [-P A,B] [-T] "
                             "[-t THREADS] (>= 2 ranks)\n");
         MPI_Finalize();
@@ -363,8 +384,10 @@ int main(int argc, char **argv)
                bench, size, pa, pb, threads ? ", MPI_THREAD_MULTIPLE" : "",
                tab[b].bw == 2 ? "million messages/s" : tab[b].bw ? "MB/s" : "us",
                repeats);
-    size_t start = tab[b].fn == b_allreduce ? 4 : 1;
-    for (size_t n = start; n <= maxb; n *= 2) {
+    size_t start = tab[b].fn == b_allreduce || tab[b].fn == b_reduce ? 4 : 1;
+    if (tab[b].fn == b_barrier)
+        start = 0, maxb = 0;
+    for (size_t n = start; n <= maxb; n = n ? n * 2 : 1) {
         double mean;
         double v = median_of(tab[b].fn, n, iters_for(n, tab[b].small_iters), s, r, &mean);
         if (rank == 0)

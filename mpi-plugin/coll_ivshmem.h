@@ -50,7 +50,8 @@ typedef struct mca_coll_ivshmem_component_t {
     char *enable;             /* comma list of collective names */
     unsigned enabled;         /* bit per kind, parsed from enable */
     unsigned slot_size;       /* bytes per rank and step buffer */
-    unsigned reduce_split;    /* reductions from this size: all ranks reduce */
+    unsigned reduce_split;    /* allreduces from this size: all ranks fold */
+    unsigned reduce_root_max; /* reduces up to this size: the root folds */
     unsigned long max_bytes;  /* larger collectives go to the fallback */
     unsigned max_ranks;       /* largest region group it serves */
     int hierarchy;            /* also communicators that span regions */

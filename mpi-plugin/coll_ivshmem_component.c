@@ -84,9 +84,16 @@ static int civ_register(void)
         MCA_BASE_VAR_TYPE_UNSIGNED_INT, &cc->slot_size);
     cc->reduce_split = 4096;
     reg("reduce_split",
-        "Reductions of at least this many bytes are folded by all ranks in "
-        "parallel (smaller ones by one rank)",
+        "Allreduces of at least this many bytes are folded by all ranks in "
+        "parallel (smaller ones by rank 0, the others wait for it)",
         MCA_BASE_VAR_TYPE_UNSIGNED_INT, &cc->reduce_split);
+    cc->reduce_root_max = 64 * 1024;
+    reg("reduce_root_max",
+        "Reduces up to this many bytes are folded by the root alone: the "
+        "other ranks leave as soon as their input is in the region (as the "
+        "leaves of a tree do); larger ones are folded by all ranks in "
+        "parallel, which ends sooner at the root but makes every rank wait",
+        MCA_BASE_VAR_TYPE_UNSIGNED_INT, &cc->reduce_root_max);
     cc->max_bytes = 0;
     reg("max_bytes",
         "Collectives moving more bytes (all ranks' data) go to the modules "

@@ -7,9 +7,10 @@
  *              releases the others (two cache-line hand-offs);
  *   bcast      the root writes its slot and is done; readers copy out;
  *   reduce     every rank copies its input into its slot; small: the root
- *   allreduce  (allreduce: rank 0) folds all slots; from reduce_split
- *              bytes: each rank folds its share of the elements into the
- *              result slot, then readers copy out. Folding runs from the
+ *   allreduce  (allreduce: rank 0) folds all slots (a reduce's other ranks
+ *              leave at once); large (reduce_split, reduce_root_max): each
+ *              rank folds its share of the elements into the result slot,
+ *              then readers copy out. Folding runs from the
  *              last rank to the first (a_i op acc), so non-commutative
  *              operations keep rank order;
  *   allgather  every rank places its block in its slot, then reads all;
@@ -154,7 +155,9 @@ static int reduce_steps(mca_coll_ivshmem_module_t *m, const civ_red_t *rd,
 {
     mca_coll_ivshmem_component_t *cc = &mca_coll_ivshmem_component;
     size_t per_step = m->area.slot / rd->ext;
-    bool split = rd->count * rd->ext >= cc->reduce_split;
+    size_t bytes = rd->count * rd->ext;
+    bool split = root < 0 ? bytes >= cc->reduce_split
+                          : bytes > cc->reduce_root_max;
     uint32_t folder = root < 0 ? 0 : (uint32_t)root;
     for (size_t e0 = 0; e0 < rd->count; e0 += per_step) {
         size_t k = rd->count - e0 < per_step ? rd->count - e0 : per_step;
@@ -291,7 +294,6 @@ int civ_alltoall(const void *sbuf, int scount, ompi_datatype_t *sdt,
     civ_buf_t blk;
     civ_buf_init(&blk, sbuf, (size_t)scount, sdt);
     size_t bytes = blk.bytes;
-    size_t per = m->area.slot / (m->n ? m->n : 1); /* per destination */
     int rc;
     if (bytes == 0)
         return OMPI_SUCCESS;
@@ -300,6 +302,9 @@ int civ_alltoall(const void *sbuf, int scount, ompi_datatype_t *sdt,
                                 rbuf, rcount, rdt, comm,
                                 m->prev.alltoall_module);
     CHECK(rc);
+    /* per destination and step; the area exists now (its first use may
+     * be this call); max_ranks keeps it at 64 bytes or more */
+    size_t per = m->area.slot / m->n;
     for (size_t off = 0; off < bytes; off += per) {
         size_t len = bytes - off < per ? bytes - off : per;
         uint64_t t;

@@ -3,8 +3,9 @@
  * in place and not, counts 0, 1, odd and larger than a slot (several
  * steps), a non-commutative user operation (rank order), broadcast from
  * every root with contiguous and strided types, allgather and alltoall
- * (in place too), the barrier's ordering, and the same on
- * sub-communicators (split, dup, ranks reversed).
+ * (in place too), the barrier's ordering, each collective as the first
+ * on a communicator, and the same on sub-communicators (split, dup, ranks
+ * reversed).
  *
  *   mpi_coll [quick]          quick: fewer sizes (2-core CI machines)
  *   mpi_coll loop SECONDS     allreduce in a loop (the fault test kills a
@@ -437,6 +438,58 @@ static void barrier_order(MPI_Comm comm, const char *cname)
     check(ok, what);
 }
 
+/* Each collective as the first one on a fresh communicator (the region
+ * area is set up by whichever comes first). */
+static void first_use(void)
+{
+    const char *names[] = {"barrier", "bcast", "reduce", "allreduce",
+                           "allgather", "alltoall"};
+    for (int k = 0; k < 6; k++) {
+        MPI_Comm c;
+        MPI_Comm_dup(MPI_COMM_WORLD, &c);
+        int n = wsize, ok = 1;
+        int *in = malloc(sizeof(int) * (size_t)n * 3),
+            *out = calloc((size_t)n * 3, sizeof(int));
+        for (int i = 0; i < n * 3; i++)
+            in[i] = wrank * 1000 + i;
+        switch (k) {
+        case 0: MPI_Barrier(c); break;
+        case 1:
+            MPI_Bcast(in, 3, MPI_INT, n - 1, c);
+            for (int i = 0; i < 3; i++)
+                ok &= in[i] == (n - 1) * 1000 + i;
+            break;
+        case 2:
+        case 3:
+            if (k == 2)
+                MPI_Reduce(in, out, 3, MPI_INT, MPI_SUM, 0, c);
+            else
+                MPI_Allreduce(in, out, 3, MPI_INT, MPI_SUM, c);
+            for (int i = 0; i < 3 && (k == 3 || wrank == 0); i++)
+                ok &= out[i] == 1000 * n * (n - 1) / 2 + n * i;
+            break;
+        case 4:
+            MPI_Allgather(in, 3, MPI_INT, out, 3, MPI_INT, c);
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < 3; i++)
+                    ok &= out[j * 3 + i] == j * 1000 + i;
+            break;
+        case 5:
+            MPI_Alltoall(in, 3, MPI_INT, out, 3, MPI_INT, c);
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < 3; i++)
+                    ok &= out[j * 3 + i] == j * 1000 + wrank * 3 + i;
+            break;
+        }
+        char what[100];
+        snprintf(what, sizeof(what), "%s as the first collective of a communicator", names[k]);
+        check(ok, what);
+        free(in);
+        free(out);
+        MPI_Comm_free(&c);
+    }
+}
+
 static void suite(MPI_Comm comm, const char *cname)
 {
     barrier_order(comm, cname);
@@ -472,6 +525,7 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 0;
     }
+    first_use();
     suite(MPI_COMM_WORLD, "world");
     if (!quick || wsize >= 3) {
         MPI_Comm half, dup, rev;
