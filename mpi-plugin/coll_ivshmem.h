@@ -53,6 +53,7 @@ typedef struct mca_coll_ivshmem_component_t {
     unsigned reduce_split;    /* allreduces from this size: all ranks fold */
     unsigned reduce_root_max; /* reduces up to this size: the root folds */
     unsigned long max_bytes;  /* larger collectives go to the fallback */
+    unsigned alltoall_max;    /* larger alltoall blocks: the fallback */
     unsigned max_ranks;       /* largest region group it serves */
     int hierarchy;            /* also communicators that span regions */
     int stats;

@@ -99,6 +99,12 @@ static int civ_register(void)
         "Collectives moving more bytes (all ranks' data) go to the modules "
         "below (0: no limit)",
         MCA_BASE_VAR_TYPE_UNSIGNED_LONG, &cc->max_bytes);
+    cc->alltoall_max = 4096;
+    reg("alltoall_max",
+        "Alltoalls with more bytes per pair go to the modules below (over "
+        "the BTL's point-to-point path, which moves them with fewer "
+        "copies; measured in docs/collectives.md); 0: no limit",
+        MCA_BASE_VAR_TYPE_UNSIGNED_INT, &cc->alltoall_max);
     cc->max_ranks = 256;
     reg("max_ranks", "Largest number of ranks in one region it serves",
         MCA_BASE_VAR_TYPE_UNSIGNED_INT, &cc->max_ranks);

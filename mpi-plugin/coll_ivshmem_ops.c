@@ -15,7 +15,8 @@
  *              operations keep rank order;
  *   allgather  every rank places its block in its slot, then reads all;
  *   alltoall   every rank places the blocks for all in its slot, then
- *              reads its own block from every slot.
+ *              reads its own block from every slot (up to alltoall_max
+ *              bytes a pair: larger ones go below, to point-to-point).
  * Datatypes: any layout (packed through a convertor where it is not
  * contiguous), since a decision must not depend on what only one rank
  * sees; reductions take contiguous types only (the same on every rank),
@@ -297,10 +298,14 @@ int civ_alltoall(const void *sbuf, int scount, ompi_datatype_t *sdt,
     int rc;
     if (bytes == 0)
         return OMPI_SUCCESS;
-    if (!take(m, CIV_ALLTOALL, bytes * m->n, &rc))
+    unsigned limit = mca_coll_ivshmem_component.alltoall_max;
+    if ((limit && bytes > limit) || !take(m, CIV_ALLTOALL, bytes * m->n, &rc)) {
+        if (limit && bytes > limit)
+            m->fallback[CIV_ALLTOALL]++;
         return m->prev.alltoall(in_place ? MPI_IN_PLACE : sbuf, scount, sdt,
                                 rbuf, rcount, rdt, comm,
                                 m->prev.alltoall_module);
+    }
     CHECK(rc);
     /* per destination and step; the area exists now (its first use may
      * be this call); max_ranks keeps it at 64 bytes or more */
