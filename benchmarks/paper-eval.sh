@@ -2,12 +2,13 @@
 # Reproduces the evaluation of Zhang et al., "Can Inter-VM Shmem Benefit MPI
 # Applications on SR-IOV Based Virtualized InfiniBand Clusters?" (Euro-Par
 # 2014) on this stack, every transport measured in the same run:
-#   ivshmem   one rank per simulated VM, VMs on one host (btl ivshmem)
+#   ivshmem   one rank per simulated VM, VMs on one host (btl ivshmem;
+#             collectives through the region with coll ivshmem)
 #   native    all ranks in one VM (Open MPI's vader shared memory)
 #   tcp       one rank per simulated VM over the network path (btl tcp)
 # Dimensions: two-sided latency and bandwidth (1 B - 4 MiB), multi-pair
-# latency (7 pairs), one-sided put/get latency and bandwidth, Bcast,
-# Allgather, Allreduce and Alltoall across 2, 4, 8 and 15 VMs, and an
+# latency (7 pairs), one-sided put/get latency and bandwidth, Barrier, Bcast,
+# Reduce, Allreduce, Allgather and Alltoall across 2, 4, 8 and 15 VMs, and an
 # application kernel (3-D FFT transpose, 7-point stencil) split into compute
 # and communication, at every VM count (VM scalability).
 #
@@ -78,8 +79,8 @@ mpi() {
     shift 2
     case $setup in
     ivshmem) btl="--mca btl self,vader,ivshmem,tcp" ;;
-    native) btl="--mca btl self,vader" ;;
-    tcp) btl="--mca btl self,tcp" ;;
+    native) btl="--mca btl self,vader --mca coll ^ivshmem" ;;
+    tcp) btl="--mca btl self,tcp --mca coll ^ivshmem" ;;
     esac
     if [ $single = 1 ]; then
         [ $setup = ivshmem ] && btl="--mca btl self,ivshmem --mca btl_ivshmem_same_vm 1"
@@ -118,7 +119,7 @@ for p in $parts; do
     coll)
         m=$([ $quick = 1 ] && echo 4096 || echo 65536)
         for n in $vms; do
-            for b in bcast allgather allreduce alltoall; do echo "coll $b $n $m" >>"$plan"; done
+            for b in barrier bcast reduce allreduce allgather alltoall; do echo "coll $b $n $m" >>"$plan"; done
         done ;;
     app)
         for n in $vms; do

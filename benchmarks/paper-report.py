@@ -184,7 +184,7 @@ def main():
             pngs.append(gnuplot(d, bench, "%s, 2 VMs" % bench, unit,
                                 {"ivshmem": iv, "native (vader)": na, "tcp": tc}))
 
-    colls = [b for b in ("bcast", "allgather", "allreduce", "alltoall")
+    colls = [b for b in ("barrier", "bcast", "reduce", "allreduce", "allgather", "alltoall")
              if any(k[0] == b for k in rows)]
     if colls:
         rep.out("## Collectives (us per operation)")
@@ -205,8 +205,10 @@ def main():
                     b, v, max(rn), statistics.median(rn), r2(min(rt) if rt else None, 1),
                     "%.0f %%" % (max(saved) * 100) if saved else "-"))
                 if v == vmax:
-                    rep.target("%s at %d VMs, <= 64 KiB: ivshmem within 1.15x native" % (b, v),
-                               "worst %.2fx" % max(rn), max(rn) <= 1.15)
+                    # issue #13: coll ivshmem beats native; alltoall matches it
+                    bound = 1.0 if b == "alltoall" else 0.8
+                    rep.target("%s at %d VMs, <= 64 KiB: ivshmem <= %.1fx native" % (b, v, bound),
+                               "worst %.2fx" % max(rn), max(rn) <= bound)
                     if rt:
                         rep.target("%s at %d VMs, <= 1 KiB: >= 3x faster than tcp" % (b, v),
                                    "worst %.1fx" % min(rt), min(rt) >= 3)
@@ -214,8 +216,9 @@ def main():
         for b in colls:
             rep.out("### %s at %d VMs (us)" % (b, vmax))
             iv, na, tc = rep.table(b, vmax, "us")
-            pngs.append(gnuplot(d, b, "%s, %d VMs" % (b, vmax), "us",
-                                {"ivshmem": iv, "native (vader)": na, "tcp": tc}))
+            if b != "barrier":  # one figure, no size axis
+                pngs.append(gnuplot(d, b, "%s, %d VMs" % (b, vmax), "us",
+                                    {"ivshmem": iv, "native (vader)": na, "tcp": tc}))
 
     apps = sorted({k[0].split("-")[1] for k in rows if k[0].startswith("app-")})
     if apps:

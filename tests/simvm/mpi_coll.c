@@ -59,34 +59,70 @@ static long val(int r, long i)
     return for_prod ? (r + i) % 2 + 1 : (r * 7 + i * 3) % 5 + 1;
 }
 
-enum kind { K_INT, K_FLOAT, K_COMPLEX };
+/* What a type is, for MPI's table of which operations apply to it. */
+enum cls { C_INT = 1, F_INT = 2, BYTE = 4, FLT = 8, CPLX = 16, BOOL = 32, PAIR = 64 };
+/* how one element is stored and compared */
+enum store { S_I8, S_I16, S_I32, S_I64, S_F, S_D, S_LD, S_CF, S_CD, S_CLD,
+             S_BOOL, S_P2INT, S_PFI, S_PDI, S_PLI, S_PSI, S_PLDI };
 struct dtype {
     MPI_Datatype dt;
     const char *name;
-    size_t size;
-    enum kind kind;
-    int is_unsigned;
+    size_t size; /* extent: elements' stride */
+    enum cls cls;
+    enum store st;
 };
+
+#define PAIR_OF(T) struct { T v; int i; }
+typedef PAIR_OF(float) p_fi;
+typedef PAIR_OF(double) p_di;
+typedef PAIR_OF(long) p_li;
+typedef PAIR_OF(short) p_si;
+typedef PAIR_OF(long double) p_ldi;
 
 static void put(const struct dtype *d, void *buf, long i, long v)
 {
     char *p = (char *)buf + i * (long)d->size;
-    switch (d->size * 10 + d->kind) {
-    case 10: *(int8_t *)p = (int8_t)v; break;
-    case 20: *(int16_t *)p = (int16_t)v; break;
-    case 40: *(int32_t *)p = (int32_t)v; break;
-    case 80: *(int64_t *)p = (int64_t)v; break;
-    case 41: *(float *)p = (float)v; break;
-    case 81: *(double *)p = (double)v; break;
-    case 82: *(float complex *)p = (float)v + 1.0f * I; break;
-    case 162: *(double complex *)p = (double)v + 1.0 * I; break;
+    memset(p, 0, d->size);
+    switch (d->st) {
+    case S_I8: *(int8_t *)p = (int8_t)v; break;
+    case S_I16: *(int16_t *)p = (int16_t)v; break;
+    case S_I32: *(int32_t *)p = (int32_t)v; break;
+    case S_I64: *(int64_t *)p = (int64_t)v; break;
+    case S_F: *(float *)p = (float)v; break;
+    case S_D: *(double *)p = (double)v; break;
+    case S_LD: *(long double *)p = (long double)v; break;
+    case S_CF: *(float complex *)p = (float)v + 1.0f * I; break;
+    case S_CD: *(double complex *)p = (double)v + 1.0 * I; break;
+    case S_CLD: *(long double complex *)p = (long double)v + 1.0L * I; break;
+    case S_BOOL: *(_Bool *)p = v & 1; break;
+    /* pairs: the value, and an index that ties break on */
+    case S_P2INT: ((int *)p)[0] = (int)v; ((int *)p)[1] = (int)(i % 3); break;
+    case S_PFI: ((p_fi *)p)->v = (float)v; ((p_fi *)p)->i = (int)(i % 3); break;
+    case S_PDI: ((p_di *)p)->v = (double)v; ((p_di *)p)->i = (int)(i % 3); break;
+    case S_PLI: ((p_li *)p)->v = v; ((p_li *)p)->i = (int)(i % 3); break;
+    case S_PSI: ((p_si *)p)->v = (short)v; ((p_si *)p)->i = (int)(i % 3); break;
+    case S_PLDI: ((p_ldi *)p)->v = v; ((p_ldi *)p)->i = (int)(i % 3); break;
     }
 }
 
+/* element i equal in a and b (values, not padding) */
 static int same(const struct dtype *d, const void *a, const void *b, long i)
 {
-    return memcmp((const char *)a + i * (long)d->size,
-                  (const char *)b + i * (long)d->size, d->size) == 0;
+    const char *x = (const char *)a + i * (long)d->size;
+    const char *y = (const char *)b + i * (long)d->size;
+#define EQ(T, f) (((const T *)x)->f == ((const T *)y)->f)
+    switch (d->st) {
+    case S_LD: return *(const long double *)x == *(const long double *)y;
+    case S_CLD: return *(const long double complex *)x == *(const long double complex *)y;
+    case S_BOOL: return *(const _Bool *)x == *(const _Bool *)y;
+    case S_PFI: return EQ(p_fi, v) && EQ(p_fi, i);
+    case S_PDI: return EQ(p_di, v) && EQ(p_di, i);
+    case S_PLI: return EQ(p_li, v) && EQ(p_li, i);
+    case S_PSI: return EQ(p_si, v) && EQ(p_si, i);
+    case S_PLDI: return EQ(p_ldi, v) && EQ(p_ldi, i);
+    default: return memcmp(x, y, d->size) == 0;
+    }
+#undef EQ
 }
 
 /* expected = fold over ranks, computed with MPI_Reduce_local (the
@@ -108,34 +144,65 @@ static void expected(const struct dtype *d, MPI_Op op, int n, long count,
 static void reductions(MPI_Comm comm, const char *cname)
 {
     struct dtype types[] = {
-        {MPI_SIGNED_CHAR, "signed char", 1, K_INT, 0},
-        {MPI_UNSIGNED_CHAR, "unsigned char", 1, K_INT, 1},
-        {MPI_SHORT, "short", 2, K_INT, 0},
-        {MPI_UNSIGNED_SHORT, "unsigned short", 2, K_INT, 1},
-        {MPI_INT, "int", 4, K_INT, 0},
-        {MPI_UNSIGNED, "unsigned", 4, K_INT, 1},
-        {MPI_LONG, "long", 8, K_INT, 0},
-        {MPI_UNSIGNED_LONG, "unsigned long", 8, K_INT, 1},
-        {MPI_LONG_LONG, "long long", 8, K_INT, 0},
-        {MPI_INT8_T, "int8_t", 1, K_INT, 0},
-        {MPI_UINT16_T, "uint16_t", 2, K_INT, 1},
-        {MPI_INT32_T, "int32_t", 4, K_INT, 0},
-        {MPI_UINT64_T, "uint64_t", 8, K_INT, 1},
-        {MPI_FLOAT, "float", 4, K_FLOAT, 0},
-        {MPI_DOUBLE, "double", 8, K_FLOAT, 0},
-        {MPI_C_FLOAT_COMPLEX, "float complex", 8, K_COMPLEX, 0},
-        {MPI_C_DOUBLE_COMPLEX, "double complex", 16, K_COMPLEX, 0},
+        {MPI_CHAR, "char", 1, C_INT, S_I8},
+        {MPI_SIGNED_CHAR, "signed char", 1, C_INT, S_I8},
+        {MPI_UNSIGNED_CHAR, "unsigned char", 1, C_INT, S_I8},
+        {MPI_SHORT, "short", 2, C_INT, S_I16},
+        {MPI_UNSIGNED_SHORT, "unsigned short", 2, C_INT, S_I16},
+        {MPI_INT, "int", 4, C_INT, S_I32},
+        {MPI_UNSIGNED, "unsigned", 4, C_INT, S_I32},
+        {MPI_LONG, "long", 8, C_INT, S_I64},
+        {MPI_UNSIGNED_LONG, "unsigned long", 8, C_INT, S_I64},
+        {MPI_LONG_LONG, "long long", 8, C_INT, S_I64},
+        {MPI_UNSIGNED_LONG_LONG, "unsigned long long", 8, C_INT, S_I64},
+        {MPI_INT8_T, "int8_t", 1, C_INT, S_I8},
+        {MPI_UINT8_T, "uint8_t", 1, C_INT, S_I8},
+        {MPI_INT16_T, "int16_t", 2, C_INT, S_I16},
+        {MPI_UINT16_T, "uint16_t", 2, C_INT, S_I16},
+        {MPI_INT32_T, "int32_t", 4, C_INT, S_I32},
+        {MPI_UINT32_T, "uint32_t", 4, C_INT, S_I32},
+        {MPI_INT64_T, "int64_t", 8, C_INT, S_I64},
+        {MPI_UINT64_T, "uint64_t", 8, C_INT, S_I64},
+        {MPI_AINT, "MPI_Aint", 8, C_INT, S_I64},
+        {MPI_OFFSET, "MPI_Offset", 8, C_INT, S_I64},
+        {MPI_COUNT, "MPI_Count", 8, C_INT, S_I64},
+        {MPI_INTEGER, "Fortran INTEGER", 4, F_INT, S_I32},
+        {MPI_BYTE, "byte", 1, BYTE, S_I8},
+        {MPI_FLOAT, "float", 4, FLT, S_F},
+        {MPI_DOUBLE, "double", 8, FLT, S_D},
+        {MPI_LONG_DOUBLE, "long double", sizeof(long double), FLT, S_LD},
+        {MPI_REAL, "Fortran REAL", 4, FLT, S_F},
+        {MPI_DOUBLE_PRECISION, "Fortran DOUBLE PRECISION", 8, FLT, S_D},
+        {MPI_C_FLOAT_COMPLEX, "float complex", 8, CPLX, S_CF},
+        {MPI_C_DOUBLE_COMPLEX, "double complex", 16, CPLX, S_CD},
+        {MPI_C_LONG_DOUBLE_COMPLEX, "long double complex",
+         sizeof(long double complex), CPLX, S_CLD},
+        {MPI_C_BOOL, "bool", 1, BOOL, S_BOOL},
+        {MPI_2INT, "2int", 8, PAIR, S_P2INT},
+        {MPI_FLOAT_INT, "float+int", sizeof(p_fi), PAIR, S_PFI},
+        {MPI_DOUBLE_INT, "double+int", sizeof(p_di), PAIR, S_PDI},
+        {MPI_LONG_INT, "long+int", sizeof(p_li), PAIR, S_PLI},
+        {MPI_SHORT_INT, "short+int", sizeof(p_si), PAIR, S_PSI},
+        {MPI_LONG_DOUBLE_INT, "long double+int", sizeof(p_ldi), PAIR, S_PLDI},
     };
+    /* which classes each operation applies to (MPI 4.0, 6.9.2) */
     struct {
         MPI_Op op;
         const char *name;
-        int ints_only, no_complex;
+        unsigned classes;
     } ops[] = {
-        {MPI_SUM, "sum", 0, 0},   {MPI_PROD, "prod", 0, 0},
-        {MPI_MAX, "max", 0, 1},   {MPI_MIN, "min", 0, 1},
-        {MPI_LAND, "land", 1, 1}, {MPI_LOR, "lor", 1, 1},
-        {MPI_LXOR, "lxor", 1, 1}, {MPI_BAND, "band", 1, 1},
-        {MPI_BOR, "bor", 1, 1},   {MPI_BXOR, "bxor", 1, 1},
+        {MPI_SUM, "sum", C_INT | F_INT | FLT | CPLX},
+        {MPI_PROD, "prod", C_INT | F_INT | FLT | CPLX},
+        {MPI_MAX, "max", C_INT | F_INT | FLT},
+        {MPI_MIN, "min", C_INT | F_INT | FLT},
+        {MPI_LAND, "land", C_INT | BOOL},
+        {MPI_LOR, "lor", C_INT | BOOL},
+        {MPI_LXOR, "lxor", C_INT | BOOL},
+        {MPI_BAND, "band", C_INT | F_INT | BYTE},
+        {MPI_BOR, "bor", C_INT | F_INT | BYTE},
+        {MPI_BXOR, "bxor", C_INT | F_INT | BYTE},
+        {MPI_MAXLOC, "maxloc", PAIR},
+        {MPI_MINLOC, "minloc", PAIR},
     };
     long counts_full[] = {0, 1, 7, 1001, 70001};
     long counts_quick[] = {0, 1, 7, 1001, 20001};
@@ -147,15 +214,14 @@ static void reductions(MPI_Comm comm, const char *cname)
     int nops = (int)(sizeof(ops) / sizeof(ops[0]));
     for (int c = 0; c < 5; c++) {
         long count = counts[c];
-        size_t bytes = (size_t)count * 16 + 16;
+        size_t bytes = (size_t)count * 32 + 32;
         char *in = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes);
         int ok_all = 1, ok_inplace = 1, ok_reduce = 1, ok_reduce_ip = 1;
         char first_bad[160] = "";
         for (int t = 0; t < ntypes; t++)
             for (int o = 0; o < nops; o++) {
                 const struct dtype *d = &types[t];
-                if ((ops[o].ints_only && d->kind != K_INT) ||
-                    (ops[o].no_complex && d->kind == K_COMPLEX))
+                if (!(ops[o].classes & d->cls))
                     continue;
                 /* products of up to 15 ranks overflow the small types:
                  * the reference wraps the same way, but keep floats exact */

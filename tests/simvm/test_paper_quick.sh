@@ -22,7 +22,7 @@ rc=$?
 grep -q '\[  1/' "$out/progress" && ok "progress display" || bad "no progress display"
 
 # every (bench, setup) of the quick plan produced rows
-for b in latency bw bcast allgather allreduce alltoall app-fft-comm app-stencil-comm; do
+for b in latency bw barrier bcast reduce allgather allreduce alltoall app-fft-comm app-stencil-comm; do
     for s in ivshmem native tcp; do
         n=$(cat "$out"/results-*.csv | grep -c "^$b,$s,2,")
         [ "$n" -gt 0 ] && ok "$b $s: $n rows" || bad "$b $s: no rows"
