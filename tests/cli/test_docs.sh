@@ -1,7 +1,8 @@
 #!/bin/sh
 # The defaults in docs/channels.md are the code's: every row of the
 # library's table is what `ivshm config` prints, and every row of the MPI
-# component's table is what ompi_info reports for the built component.
+# component's table is what ompi_info reports for the built component; the
+# same for docs/verbs.md and docs/collectives.md.
 set -u
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
@@ -54,6 +55,27 @@ if [ -f "$so" ] && command -v ompi_info >/dev/null; then
     fi
 else
     echo "note: MPI component not built; its defaults not checked"
+fi
+# docs/collectives.md: coll ivshmem's single-valued defaults
+so="$b/mpi-plugin/.libs/mca_coll_ivshmem.so"
+if [ -f "$so" ] && command -v ompi_info >/dev/null; then
+    sys=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed 's/^path:pkglibdir://')
+    info=$(OMPI_MCA_mca_base_component_path="$b/mpi-plugin/.libs:$sys" \
+        ompi_info --param coll ivshmem --level 9 --parsable 2>/dev/null)
+    rows=0 bad=0
+    for row in $(sed -n 's/^| `\(coll_ivshmem_[a-z_]*\)` | \([0-9a-z][0-9a-z]*\) | .*/\1=\2/p' "$s/docs/collectives.md"); do
+        rows=$((rows + 1))
+        name=${row%%=*} want=${row#*=}
+        got=$(printf '%s\n' "$info" | sed -n "s/^mca:coll:ivshmem:param:$name:value://p")
+        [ "$got" = "$want" ] || { bad=$((bad + 1)); echo "FAIL: $name: docs/collectives.md $want, ompi_info '$got'"; }
+    done
+    if [ "$rows" -ge 9 ] && [ "$bad" = 0 ]; then
+        pass=$((pass + 1)); echo "ok: docs/collectives.md has coll ivshmem's $rows defaults"
+    else
+        fail=$((fail + 1)); echo "FAIL: docs/collectives.md: $rows rows, $bad differ"
+    fi
+else
+    echo "note: coll ivshmem not built; its defaults not checked"
 fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
