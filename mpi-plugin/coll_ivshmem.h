@@ -181,7 +181,11 @@ void civ_buf_put(const civ_buf_t *b, size_t off, const void *src, size_t len);
 /* Agrees on the area at the first collective (collective over comm,
  * through the fallback functions); sets m->setup. */
 int civ_area_setup(mca_coll_ivshmem_module_t *m);
+/* gives the area back now, or once every rank is done (civ_area_reap) */
 void civ_area_release(mca_coll_ivshmem_module_t *m);
+/* gives back the areas whose ranks are all done now; last: forgets the
+ * others (they go back with this process' lease) */
+void civ_area_reap(bool last);
 /* begins the next step: returns it, after making sure every rank is done
  * with the step that used the same buffers (two steps back) */
 int civ_step_begin(mca_coll_ivshmem_module_t *m, uint64_t *step);

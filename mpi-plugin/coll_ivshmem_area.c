@@ -19,6 +19,9 @@
  * control data; a counter's value decides when to read, never where: every
  * address comes from our own layout.
  *
+ * Release: rank 0 gives the area back when the communicator is freed and
+ * every rank is done with the last step; otherwise later (civ_area_reap).
+ *
  * Buffers alternate between two sets (even and odd steps), so a rank may
  * refill its slot for step t as soon as every rank is done with step t - 2.
  * Most algorithms learn that for free (a rank that arrived at t - 1 was
@@ -30,6 +33,8 @@
 #include "ompi/datatype/ompi_datatype.h"
 #include "opal/runtime/opal_progress.h"
 
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -102,6 +107,7 @@ int civ_area_setup(mca_coll_ivshmem_module_t *m)
     mca_coll_ivshmem_component_t *cc = &mca_coll_ivshmem_component;
     ompi_communicator_t *comm = m->comm;
     civ_setup_msg_t msg = {CIV_MAGIC, UINT64_MAX, m->n, cc->slot_size};
+    civ_area_reap(false); /* room from communicators freed earlier */
     if (m->me == 0 && m->btl && m->btl->coll_alloc) {
         uint64_t size = area_size(m->n, cc->slot_size), off;
         char *p = m->btl->coll_alloc(size, &off);
@@ -239,21 +245,70 @@ void civ_post(mca_coll_ivshmem_module_t *m, uint64_t step, unsigned phase)
                           memory_order_release);
 }
 
+/* Areas whose communicator was freed while some rank was still in its
+ * last step (a broadcast's root leaves first): given back once every rank
+ * is done, checked at each later setup and release. Waiting for them at
+ * the free instead could deadlock a program in which that rank first waits
+ * for a message the freeing rank sends after the free. What is left at
+ * the end goes back with the lease, when the BTL detaches. */
+typedef struct civ_parked {
+    struct civ_parked *next;
+    mca_btl_ivshmem_component_t *btl;
+    char *base;
+    const civ_ctl_t *ctl;
+    uint32_t n;
+    uint64_t step;
+} civ_parked_t;
+static civ_parked_t *parked;
+static pthread_mutex_t parked_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool all_done(const civ_ctl_t *ctl, uint32_t n, uint64_t step)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t v = atomic_load_explicit(&ctl[i].state, memory_order_acquire);
+        if ((int64_t)(v - CIV_STATE(step, CIV_DONE)) < 0)
+            return false;
+    }
+    return true;
+}
+
+void civ_area_reap(bool last)
+{
+    pthread_mutex_lock(&parked_lock);
+    for (civ_parked_t **pp = &parked; *pp;) {
+        civ_parked_t *p = *pp;
+        /* the region gone: so are the areas (our lease ended); at the
+         * last call the lease takes what is left */
+        bool gone = !p->btl->r || last;
+        if (!gone && !all_done(p->ctl, p->n, p->step)) {
+            pp = &p->next;
+            continue;
+        }
+        if (p->btl->r && all_done(p->ctl, p->n, p->step))
+            p->btl->coll_free(p->base);
+        *pp = p->next;
+        free(p);
+    }
+    pthread_mutex_unlock(&parked_lock);
+}
+
 void civ_area_release(mca_coll_ivshmem_module_t *m)
 {
     civ_area_t *a = &m->area;
-    if (m->setup != CIV_SETUP_OK || !a->owner)
-        goto out;
-    /* the region is gone already (the BTL finalised first): so is the
-     * area, with our lease */
-    if (!m->btl->r)
-        goto out;
-    /* others may still read the last step's data (a broadcast's root
-     * leaves first): the area goes back once every live rank is done */
-    for (uint32_t i = 0; i < m->n; i++)
-        if (i != m->me && civ_wait_one(m, i, m->step, CIV_DONE) != OMPI_SUCCESS)
-            break;
-    m->btl->coll_free(a->base);
-out:
+    if (m->setup == CIV_SETUP_OK && a->owner && m->btl->r) {
+        if (all_done(a->ctl, a->n, m->step)) {
+            m->btl->coll_free(a->base);
+        } else {
+            civ_parked_t *p = malloc(sizeof(*p));
+            if (p) { /* else it stays with our lease until the end */
+                *p = (civ_parked_t){NULL, m->btl, a->base, a->ctl, a->n, m->step};
+                pthread_mutex_lock(&parked_lock);
+                p->next = parked;
+                parked = p;
+                pthread_mutex_unlock(&parked_lock);
+            }
+        }
+    }
     memset(a, 0, sizeof(*a));
+    civ_area_reap(false);
 }

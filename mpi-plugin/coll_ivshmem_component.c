@@ -159,6 +159,7 @@ static int civ_open(void)
 
 static int civ_close(void)
 {
+    civ_area_reap(true); /* the rest goes with the lease */
     opal_output_close(mca_coll_ivshmem_component.output);
     return OMPI_SUCCESS;
 }

@@ -4,8 +4,8 @@
  * steps), a non-commutative user operation (rank order), broadcast from
  * every root with contiguous and strided types, allgather and alltoall
  * (in place too), the barrier's ordering, each collective as the first
- * on a communicator, and the same on sub-communicators (split, dup, ranks
- * reversed).
+ * on a communicator, a communicator freed while a rank is behind, and the
+ * same on sub-communicators (split, dup, ranks reversed).
  *
  *   mpi_coll [quick]          quick: fewer sizes (2-core CI machines)
  *   mpi_coll loop SECONDS     allreduce in a loop (the fault test kills a
@@ -556,6 +556,35 @@ static void first_use(void)
     }
 }
 
+/* Freeing a communicator must not wait for ranks that have not finished
+ * its last collective: here the last rank reads the broadcast only after a
+ * message that rank 0 sends after the free (a deadlock if the free waits). */
+static void free_while_behind(void)
+{
+    int ok = 1;
+    for (int round = 0; round < 20; round++) {
+        MPI_Comm c;
+        MPI_Comm_dup(MPI_COMM_WORLD, &c);
+        int v[4] = {round, 1, 2, 3}, token = round;
+        MPI_Barrier(c); /* the area exists before the broadcast */
+        if (wrank == 0) {
+            MPI_Bcast(v, 4, MPI_INT, 0, c);
+            MPI_Comm_free(&c);
+            MPI_Send(&token, 1, MPI_INT, wsize - 1, 80, MPI_COMM_WORLD);
+        } else if (wrank == wsize - 1) {
+            memset(v, 0, sizeof(v));
+            MPI_Recv(&token, 1, MPI_INT, 0, 80, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Bcast(v, 4, MPI_INT, 0, c);
+            MPI_Comm_free(&c);
+        } else {
+            MPI_Bcast(v, 4, MPI_INT, 0, c);
+            MPI_Comm_free(&c);
+        }
+        ok &= v[0] == round && v[3] == 3 && token == round;
+    }
+    check(ok, "a communicator freed while a rank has yet to read its last broadcast");
+}
+
 static void suite(MPI_Comm comm, const char *cname)
 {
     barrier_order(comm, cname);
@@ -592,6 +621,7 @@ int main(int argc, char **argv)
         return 0;
     }
     first_use();
+    free_while_behind();
     suite(MPI_COMM_WORLD, "world");
     if (!quick || wsize >= 3) {
         MPI_Comm half, dup, rev;
