@@ -161,21 +161,20 @@ const char *mca_coll_ivshmem_kind_name(int kind);
 /* A user buffer seen as a run of packed bytes (coll_ivshmem_buf.c). */
 typedef struct civ_buf {
     const void *user;
-    char *base; /* first byte (contiguous layouts) */
+    char *base; /* the packed bytes: the user's (contiguous) or staged */
     ompi_datatype_t *dt;
     size_t count;
     size_t bytes;
     bool contig;
+    char *staged; /* private packed copy of a non-contiguous buffer */
 } civ_buf_t;
 void civ_buf_init(civ_buf_t *b, const void *buf, size_t count,
                   ompi_datatype_t *dt);
-/* block i of a buffer of count-element blocks (allgather, alltoall) */
-void civ_buf_block(civ_buf_t *b, const void *buf, int count,
-                   ompi_datatype_t *dt, uint32_t i);
-/* copies packed bytes [off, off + len) of b into dst */
-void civ_buf_get(const civ_buf_t *b, size_t off, void *dst, size_t len);
-/* copies len bytes from src into packed bytes [off, off + len) of b */
-void civ_buf_put(const civ_buf_t *b, size_t off, const void *src, size_t len);
+/* makes b->base hold the packed bytes: non-contiguous buffers get a
+ * private copy, filled from the user's buffer if fill */
+int civ_buf_stage(civ_buf_t *b, bool fill);
+/* drops the copy, unpacking it into the user's buffer first if write_back */
+void civ_buf_unstage(civ_buf_t *b, bool write_back);
 
 /* coll_ivshmem_area.c */
 /* Agrees on the area at the first collective (collective over comm,

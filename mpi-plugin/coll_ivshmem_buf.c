@@ -1,13 +1,18 @@
 /*
- * coll ivshmem: user buffers as runs of packed bytes. Contiguous layouts
- * are copied with memcpy; any other layout through an Open MPI convertor
- * positioned at the byte offset, so that a step can take any slice.
+ * coll ivshmem: user buffers as runs of packed bytes. A contiguous layout
+ * is used in place; any other is staged: packed whole into private memory
+ * (an input), or unpacked whole from it at the end (an output), through an
+ * Open MPI convertor. Steps then cut the packed bytes anywhere, also in
+ * the middle of an element, alike on every rank (ranks may describe the
+ * same bytes with different datatypes).
  */
 #include "coll_ivshmem.h"
 
 #include "ompi/datatype/ompi_datatype.h"
+#include "ompi/constants.h"
 #include "opal/datatype/opal_convertor.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void civ_buf_init(civ_buf_t *b, const void *buf, size_t count,
@@ -23,11 +28,11 @@ void civ_buf_init(civ_buf_t *b, const void *buf, size_t count,
     b->count = count;
     b->bytes = sz * count;
     b->contig = ompi_datatype_is_contiguous_memory_layout(dt, (int32_t)count);
+    b->staged = NULL;
 }
 
-/* the non-contiguous case: a convertor positioned at byte off */
-static void convert(const civ_buf_t *b, size_t off, void *mem, size_t len,
-                    bool pack)
+/* the whole buffer to or from its packed bytes */
+static void convert(const civ_buf_t *b, void *mem, bool pack)
 {
     opal_convertor_t conv;
     OBJ_CONSTRUCT(&conv, opal_convertor_t);
@@ -39,9 +44,8 @@ static void convert(const civ_buf_t *b, size_t off, void *mem, size_t len,
         opal_convertor_copy_and_prepare_for_recv(ompi_mpi_local_convertor,
                                                  &b->dt->super, b->count,
                                                  b->user, 0, &conv);
-    size_t pos = off, max = len;
-    opal_convertor_set_position(&conv, &pos);
-    struct iovec iov = {mem, len};
+    size_t max = b->bytes;
+    struct iovec iov = {mem, b->bytes};
     uint32_t n = 1;
     if (pack)
         opal_convertor_pack(&conv, &iov, &n, &max);
@@ -50,27 +54,26 @@ static void convert(const civ_buf_t *b, size_t off, void *mem, size_t len,
     OBJ_DESTRUCT(&conv);
 }
 
-void civ_buf_block(civ_buf_t *b, const void *buf, int count,
-                   ompi_datatype_t *dt, uint32_t i)
+int civ_buf_stage(civ_buf_t *b, bool fill)
 {
-    ptrdiff_t lb, ext;
-    ompi_datatype_get_extent(dt, &lb, &ext);
-    civ_buf_init(b, (const char *)buf + (ptrdiff_t)i * count * ext,
-                 (size_t)count, dt);
+    b->staged = NULL;
+    if (b->contig)
+        return OMPI_SUCCESS;
+    b->staged = malloc(b->bytes ? b->bytes : 1);
+    if (!b->staged)
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    if (fill)
+        convert(b, b->staged, true);
+    b->base = b->staged;
+    return OMPI_SUCCESS;
 }
 
-void civ_buf_get(const civ_buf_t *b, size_t off, void *dst, size_t len)
+void civ_buf_unstage(civ_buf_t *b, bool write_back)
 {
-    if (b->contig)
-        memcpy(dst, b->base + off, len);
-    else
-        convert(b, off, dst, len, true);
-}
-
-void civ_buf_put(const civ_buf_t *b, size_t off, const void *src, size_t len)
-{
-    if (b->contig)
-        memcpy(b->base + off, src, len);
-    else
-        convert(b, off, (void *)src, len, false);
+    if (!b->staged)
+        return;
+    if (write_back)
+        convert(b, b->staged, false);
+    free(b->staged);
+    b->staged = NULL;
 }

@@ -213,43 +213,55 @@ int civ_hier_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
                        mca_coll_base_module_t *module)
 {
     mca_coll_ivshmem_module_t *m = MOD(module);
+    bool in_place = sbuf == MPI_IN_PLACE;
     civ_buf_t in, out;
-    if (sbuf == MPI_IN_PLACE)
-        civ_buf_block(&in, rbuf, rcount, rdt, m->me);
-    else
-        civ_buf_init(&in, sbuf, (size_t)scount, sdt);
-    size_t b = in.bytes;
+    civ_buf_init(&out, rbuf, (size_t)rcount * m->n, rdt);
+    size_t b = out.bytes / m->n; /* every rank's block, packed */
     if (b == 0)
         return OMPI_SUCCESS;
-    if (b * m->n > INT_MAX) {
+    if (out.bytes > INT_MAX) {
         m->fallback[CIV_ALLGATHER]++;
         return m->prev.allgather(sbuf, scount, sdt, rbuf, rcount, rdt, comm,
                                  m->prev.allgather_module);
     }
     CHECK(hier_setup(m));
     m->count[CIV_ALLGATHER]++;
-    /* packed blocks: mine, my group's, then all in group order */
+    /* packed blocks: my group's, then all in group order */
     int gs = group_size(m, m->my_group);
-    char *mine = malloc(b), *all = malloc(b * m->n);
+    char *all = malloc(out.bytes);
     int *counts = malloc((size_t)m->ngroups * 2 * sizeof(int));
     int rc = OMPI_ERR_OUT_OF_RESOURCE;
-    if (!mine || !all || !counts)
+    bool staged = false;
+    if (!all || !counts)
         goto out;
+    rc = civ_buf_stage(&out, in_place);
+    if (rc != OMPI_SUCCESS)
+        goto out;
+    staged = true;
+    const char *mine = out.base + m->me * b;
+    if (!in_place) {
+        civ_buf_init(&in, sbuf, (size_t)scount, sdt);
+        rc = civ_buf_stage(&in, true);
+        if (rc != OMPI_SUCCESS)
+            goto out;
+        mine = in.base;
+    }
     int *displs = counts + m->ngroups;
     for (int g = 0, d = 0; g < m->ngroups; g++) {
         counts[g] = group_size(m, g) * (int)b;
         displs[g] = d;
         d += counts[g];
     }
-    civ_buf_get(&in, 0, mine, b);
     char *grp = all + displs[m->my_group];
     rc = SUB(m->local, allgather, mine, (int)b, MPI_BYTE, grp, (int)b,
              MPI_BYTE);
+    if (!in_place)
+        civ_buf_unstage(&in, false);
     if (rc == OMPI_SUCCESS && m->leaders)
         rc = SUB(m->leaders, allgatherv, MPI_IN_PLACE, gs * (int)b, MPI_BYTE,
                  all, counts, displs, MPI_BYTE);
     if (rc == OMPI_SUCCESS)
-        rc = SUB(m->local, bcast, all, (int)(b * m->n), MPI_BYTE, 0);
+        rc = SUB(m->local, bcast, all, (int)out.bytes, MPI_BYTE, 0);
     if (rc != OMPI_SUCCESS)
         goto out;
     int *seen = counts; /* reused: members placed per group so far */
@@ -257,14 +269,11 @@ int civ_hier_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
         seen[g] = 0;
     for (uint32_t i = 0; i < m->n; i++) {
         int g = m->group_of[i];
-        const char *blk = all + displs[g] + (size_t)seen[g]++ * b;
-        if (i == m->me && sbuf == MPI_IN_PLACE)
-            continue;
-        civ_buf_block(&out, rbuf, rcount, rdt, i);
-        civ_buf_put(&out, 0, blk, b);
+        memcpy(out.base + i * b, all + displs[g] + (size_t)seen[g]++ * b, b);
     }
 out:
-    free(mine);
+    if (staged)
+        civ_buf_unstage(&out, rc == OMPI_SUCCESS);
     free(all);
     free(counts);
     return rc;

@@ -17,9 +17,10 @@
  *   alltoall   every rank places the blocks for all in its slot, then
  *              reads its own block from every slot (up to alltoall_max
  *              bytes a pair: larger ones go below, to point-to-point).
- * Datatypes: any layout (packed through a convertor where it is not
- * contiguous), since a decision must not depend on what only one rank
- * sees; reductions take contiguous types only (the same on every rank),
+ * Datatypes: any layout (a non-contiguous buffer is packed whole into
+ * private memory first, or unpacked whole at the end: steps cut the
+ * packed bytes anywhere), since a decision must not depend on what only
+ * one rank sees; reductions take contiguous types only (the same on every rank),
  * others go to the modules below, as does anything above max_bytes.
  */
 #include "coll_ivshmem.h"
@@ -86,22 +87,28 @@ int civ_bcast(void *buf, int count, ompi_datatype_t *dt, int root,
         return m->prev.bcast(buf, count, dt, root, comm, m->prev.bcast_module);
     CHECK(rc);
     uint32_t r = (uint32_t)root;
-    for (size_t off = 0; off < b.bytes; off += m->area.slot) {
+    CHECK(civ_buf_stage(&b, m->me == r));
+    for (size_t off = 0; off < b.bytes && rc == OMPI_SUCCESS; off += m->area.slot) {
         size_t len = b.bytes - off < m->area.slot ? b.bytes - off : m->area.slot;
         uint64_t t;
         if (m->me == r) {
-            CHECK(civ_step_begin(m, &t));
-            civ_buf_get(&b, off, civ_slot(&m->area, t, r), len);
+            rc = civ_step_begin(m, &t);
+            if (rc != OMPI_SUCCESS)
+                break;
+            memcpy(civ_slot(&m->area, t, r), b.base + off, len);
             civ_post(m, t, CIV_DONE); /* written, and reads nothing */
         } else {
             t = ++m->step;
             m->steps++;
-            CHECK(civ_wait_one(m, r, t, CIV_ARRIVED));
-            civ_buf_put(&b, off, civ_slot(&m->area, t, r), len);
+            rc = civ_wait_one(m, r, t, CIV_ARRIVED);
+            if (rc != OMPI_SUCCESS)
+                break;
+            memcpy(b.base + off, civ_slot(&m->area, t, r), len);
             civ_post(m, t, CIV_DONE);
         }
     }
-    return OMPI_SUCCESS;
+    civ_buf_unstage(&b, m->me != r && rc == OMPI_SUCCESS);
+    return rc;
 }
 
 /* A reduction's operands: the same contiguous type on every rank. */
@@ -251,34 +258,48 @@ int civ_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
                   ompi_communicator_t *comm, mca_coll_base_module_t *module)
 {
     mca_coll_ivshmem_module_t *m = MOD(module);
+    bool in_place = sbuf == MPI_IN_PLACE;
     civ_buf_t in, out;
-    if (sbuf == MPI_IN_PLACE)
-        civ_buf_block(&in, rbuf, rcount, rdt, m->me);
-    else
-        civ_buf_init(&in, sbuf, (size_t)scount, sdt);
+    civ_buf_init(&out, rbuf, (size_t)rcount * m->n, rdt);
+    size_t blk = out.bytes / m->n; /* every rank's block, packed */
     int rc;
-    if (in.bytes == 0)
+    if (blk == 0)
         return OMPI_SUCCESS;
-    if (!take(m, CIV_ALLGATHER, in.bytes * m->n, &rc))
+    if (!take(m, CIV_ALLGATHER, out.bytes, &rc))
         return m->prev.allgather(sbuf, scount, sdt, rbuf, rcount, rdt, comm,
                                  m->prev.allgather_module);
     CHECK(rc);
-    for (size_t off = 0; off < in.bytes; off += m->area.slot) {
-        size_t len = in.bytes - off < m->area.slot ? in.bytes - off : m->area.slot;
-        uint64_t t;
-        CHECK(civ_step_begin(m, &t));
-        civ_buf_get(&in, off, civ_slot(&m->area, t, m->me), len);
-        civ_post(m, t, CIV_ARRIVED);
-        CHECK(civ_wait_all(m, t, CIV_ARRIVED));
-        for (uint32_t j = 0; j < m->n; j++) {
-            if (j == m->me && sbuf == MPI_IN_PLACE)
-                continue;
-            civ_buf_block(&out, rbuf, rcount, rdt, j);
-            civ_buf_put(&out, off, civ_slot(&m->area, t, j), len);
+    /* in place, my block is already in the output */
+    CHECK(civ_buf_stage(&out, in_place));
+    if (!in_place) {
+        civ_buf_init(&in, sbuf, (size_t)scount, sdt);
+        rc = civ_buf_stage(&in, true);
+        if (rc != OMPI_SUCCESS) {
+            civ_buf_unstage(&out, false);
+            return rc;
         }
+    }
+    const char *mine = in_place ? out.base + m->me * blk : in.base;
+    for (size_t off = 0; off < blk && rc == OMPI_SUCCESS; off += m->area.slot) {
+        size_t len = blk - off < m->area.slot ? blk - off : m->area.slot;
+        uint64_t t;
+        rc = civ_step_begin(m, &t);
+        if (rc != OMPI_SUCCESS)
+            break;
+        memcpy(civ_slot(&m->area, t, m->me), mine + off, len);
+        civ_post(m, t, CIV_ARRIVED);
+        rc = civ_wait_all(m, t, CIV_ARRIVED);
+        if (rc != OMPI_SUCCESS)
+            break;
+        for (uint32_t j = 0; j < m->n; j++)
+            if (j != m->me || !in_place)
+                memcpy(out.base + j * blk + off, civ_slot(&m->area, t, j), len);
         civ_post(m, t, CIV_DONE);
     }
-    return OMPI_SUCCESS;
+    if (!in_place)
+        civ_buf_unstage(&in, false);
+    civ_buf_unstage(&out, rc == OMPI_SUCCESS);
+    return rc;
 }
 
 int civ_alltoall(const void *sbuf, int scount, ompi_datatype_t *sdt,
@@ -287,45 +308,55 @@ int civ_alltoall(const void *sbuf, int scount, ompi_datatype_t *sdt,
 {
     mca_coll_ivshmem_module_t *m = MOD(module);
     bool in_place = sbuf == MPI_IN_PLACE;
-    if (in_place) {
-        sbuf = rbuf;
-        scount = rcount;
-        sdt = rdt;
-    }
-    civ_buf_t blk;
-    civ_buf_init(&blk, sbuf, (size_t)scount, sdt);
-    size_t bytes = blk.bytes;
+    civ_buf_t in, out;
+    civ_buf_init(&out, rbuf, (size_t)rcount * m->n, rdt);
+    size_t blk = out.bytes / m->n; /* bytes a pair, packed */
     int rc;
-    if (bytes == 0)
+    if (blk == 0)
         return OMPI_SUCCESS;
     unsigned limit = mca_coll_ivshmem_component.alltoall_max;
-    if ((limit && bytes > limit) || !take(m, CIV_ALLTOALL, bytes * m->n, &rc)) {
-        if (limit && bytes > limit)
+    if ((limit && blk > limit) || !take(m, CIV_ALLTOALL, out.bytes, &rc)) {
+        if (limit && blk > limit)
             m->fallback[CIV_ALLTOALL]++;
-        return m->prev.alltoall(in_place ? MPI_IN_PLACE : sbuf, scount, sdt,
-                                rbuf, rcount, rdt, comm,
+        return m->prev.alltoall(sbuf, scount, sdt, rbuf, rcount, rdt, comm,
                                 m->prev.alltoall_module);
     }
     CHECK(rc);
+    /* in place, the blocks to send are the output's own: each step reads
+     * its range of every block before it overwrites that range */
+    CHECK(civ_buf_stage(&out, in_place));
+    if (!in_place) {
+        civ_buf_init(&in, sbuf, (size_t)scount * m->n, sdt);
+        rc = civ_buf_stage(&in, true);
+        if (rc != OMPI_SUCCESS) {
+            civ_buf_unstage(&out, false);
+            return rc;
+        }
+    }
+    const char *src = in_place ? out.base : in.base;
     /* per destination and step; the area exists now (its first use may
      * be this call); max_ranks keeps it at 64 bytes or more */
     size_t per = m->area.slot / m->n;
-    for (size_t off = 0; off < bytes; off += per) {
-        size_t len = bytes - off < per ? bytes - off : per;
+    for (size_t off = 0; off < blk && rc == OMPI_SUCCESS; off += per) {
+        size_t len = blk - off < per ? blk - off : per;
         uint64_t t;
-        CHECK(civ_step_begin(m, &t));
+        rc = civ_step_begin(m, &t);
+        if (rc != OMPI_SUCCESS)
+            break;
         char *mine = civ_slot(&m->area, t, m->me);
-        for (uint32_t j = 0; j < m->n; j++) {
-            civ_buf_block(&blk, sbuf, scount, sdt, j);
-            civ_buf_get(&blk, off, mine + j * len, len);
-        }
+        for (uint32_t j = 0; j < m->n; j++)
+            memcpy(mine + j * len, src + j * blk + off, len);
         civ_post(m, t, CIV_ARRIVED);
-        CHECK(civ_wait_all(m, t, CIV_ARRIVED));
-        for (uint32_t j = 0; j < m->n; j++) {
-            civ_buf_block(&blk, rbuf, rcount, rdt, j);
-            civ_buf_put(&blk, off, civ_slot(&m->area, t, j) + m->me * len, len);
-        }
+        rc = civ_wait_all(m, t, CIV_ARRIVED);
+        if (rc != OMPI_SUCCESS)
+            break;
+        for (uint32_t j = 0; j < m->n; j++)
+            memcpy(out.base + j * blk + off,
+                   civ_slot(&m->area, t, j) + m->me * len, len);
         civ_post(m, t, CIV_DONE);
     }
-    return OMPI_SUCCESS;
+    if (!in_place)
+        civ_buf_unstage(&in, false);
+    civ_buf_unstage(&out, rc == OMPI_SUCCESS);
+    return rc;
 }

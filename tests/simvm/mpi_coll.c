@@ -408,6 +408,22 @@ static void movement(MPI_Comm comm, const char *cname)
         MPI_Type_free(&strided);
         free(v);
 
+        /* 6 packed bytes an element (short + int, padded): the steps cut
+         * elements in two */
+        struct si { short v; int i; };
+        long npairs = len > 100000 ? 70001 : len / 6; /* 4 steps at most */
+        struct si *ps = calloc((size_t)npairs + 1, sizeof(*ps));
+        for (long i = 0; i < npairs; i++)
+            if (r == root)
+                ps[i] = (struct si){(short)(i * 7), (int)i + root};
+        MPI_Bcast(ps, (int)npairs, MPI_SHORT_INT, root, comm);
+        ok = 1;
+        for (long i = 0; i < npairs; i++)
+            ok &= ps[i].v == (short)(i * 7) && ps[i].i == (int)i + root;
+        snprintf(what, sizeof(what), "%s: bcast of %ld short+int pairs", cname, npairs);
+        check(ok, what);
+        free(ps);
+
         /* allgather, and in place */
         unsigned char *sb = malloc((size_t)len + 1), *rb = malloc((size_t)len * n + 1);
         for (long i = 0; i < len; i++)
