@@ -56,18 +56,12 @@ chmod +x "$work/pin"
 region=/dev/shm/ivshm-coll-$$
 if [ $single = 1 ]; then
     trap 'rm -rf "$work" "$region"' EXIT INT TERM
-    "$top_builddir/libivshm/tools/ivshm" format "file:$region" --size 1G --force >/dev/null
-    IVSHM_REGION=file:$region
-    export IVSHM_REGION
+    single_node_region "$region" 1G
+    # one OS; the pin wrapper places the ranks
     simvm_mpirun() {
-        shift # hosts: one OS
-        n=$1
-        shift
-        mpirun --allow-run-as-root -np "$n" --oversubscribe --bind-to none \
-            --mca plm_rsh_agent /bin/false \
-            --mca mca_base_component_path "$top_builddir/mpi-plugin/.libs:$OMPI_SYS_COMPONENTS" \
-            --mca pml ob1 --mca osc pt2pt --mca btl_ivshmem_same_vm 1 \
-            -x IVSHM_REGION -x IVSHM_HELP_DIR "$@"
+        n=$2
+        shift 2
+        single_node_mpirun "$n" --oversubscribe --bind-to none "$@"
     }
 else
     [ "$(id -u)" = 0 ] || { echo "coll-compare.sh: needs root (network namespaces)" >&2; exit 1; }

@@ -48,20 +48,12 @@ if [ -z "$osu" ]; then
 fi
 if [ $single = 1 ]; then
     trap 'rm -rf "$work" /dev/shm/ivshm-compare-$$' EXIT INT TERM
-    "$top_builddir/libivshm/tools/ivshm" format "file:/dev/shm/ivshm-compare-$$" --size 512M --force >/dev/null
-    IVSHM_REGION=file:/dev/shm/ivshm-compare-$$
-    export IVSHM_REGION
-    # one OS: the same mpirun options as the simulated VMs, cores pinned;
-    # lib.sh unsets a forced plm, and a machine without ssh then needs an
-    # rsh agent that exists for the (local) launch to start at all
+    single_node_region /dev/shm/ivshm-compare-$$ 512M
+    # one OS, cores pinned
     simvm_mpirun() {
         np=$2
         shift 2
-        mpirun --allow-run-as-root -np "$np" --bind-to core --map-by core \
-            --mca plm_rsh_agent /bin/false \
-            --mca mca_base_component_path "$top_builddir/mpi-plugin/.libs:$OMPI_SYS_COMPONENTS" \
-            --mca pml ob1 --mca osc pt2pt --mca btl_ivshmem_same_vm 1 \
-            -x IVSHM_REGION -x IVSHM_HELP_DIR "$@"
+        single_node_mpirun "$np" --bind-to core --map-by core "$@"
     }
 else
     [ "$(id -u)" = 0 ] || { echo "compare.sh: needs root (network namespaces)" >&2; exit 1; }

@@ -54,9 +54,7 @@ mpicc -O2 "$here/ivshm_app.c" -o "$work/ivshm-app" -lm
 region=/dev/shm/ivshm-paper-$$
 if [ $single = 1 ]; then
     trap 'rm -rf "$work" "$region"' EXIT INT TERM
-    "$top_builddir/libivshm/tools/ivshm" format "file:$region" --size 1G --force >/dev/null
-    IVSHM_REGION=file:$region
-    export IVSHM_REGION
+    single_node_region "$region" 1G
 else
     [ "$(id -u)" = 0 ] || { echo "paper-eval.sh: needs root (network namespaces)" >&2; exit 1; }
     trap '"$SIMVM" down >/dev/null 2>&1; rm -rf "$work"' EXIT INT TERM
@@ -83,14 +81,11 @@ mpi() {
     tcp) btl="--mca btl self,tcp --mca coll ^ivshmem" ;;
     esac
     if [ $single = 1 ]; then
-        [ $setup = ivshmem ] && btl="--mca btl self,ivshmem --mca btl_ivshmem_same_vm 1"
+        [ $setup = ivshmem ] && btl="--mca btl self,ivshmem"
         bind="--bind-to core --map-by core"
         [ "$np" -gt "$ncores" ] && bind="--bind-to none --oversubscribe"
         # shellcheck disable=SC2046,SC2086
-        timeout "$SIMVM_TIMEOUT" mpirun --allow-run-as-root -np "$np" $bind \
-            --mca mca_base_component_path "$top_builddir/mpi-plugin/.libs:$OMPI_SYS_COMPONENTS" \
-            --mca pml ob1 --mca osc pt2pt $(yield_for "$np") $btl \
-            -x IVSHM_REGION -x IVSHM_HELP_DIR "$@"
+        single_node_mpirun "$np" $bind $(yield_for "$np") $btl "$@"
     else
         if [ $setup = native ]; then
             hosts=10.200.0.1:$np

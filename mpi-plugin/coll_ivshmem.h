@@ -147,8 +147,6 @@ typedef struct mca_coll_ivshmem_module_t {
 } mca_coll_ivshmem_module_t;
 OBJ_CLASS_DECLARATION(mca_coll_ivshmem_module_t);
 
-const char *mca_coll_ivshmem_kind_name(int kind);
-
 #define MOD(module) ((mca_coll_ivshmem_module_t *)(module))
 /* an error ends the collective (the communicator's error handler) */
 #define CHECK(x)                                                             \
@@ -175,6 +173,13 @@ void civ_buf_init(civ_buf_t *b, const void *buf, size_t count,
 int civ_buf_stage(civ_buf_t *b, bool fill);
 /* drops the copy, unpacking it into the user's buffer first if write_back */
 void civ_buf_unstage(civ_buf_t *b, bool write_back);
+/* an output (initialised by the caller) and, unless in place, an input
+ * made from (sbuf, scount, sdt), staged together; in place, the output's
+ * own bytes are the input (filled first) */
+int civ_buf_stage_io(civ_buf_t *in, const void *sbuf, size_t scount,
+                     ompi_datatype_t *sdt, civ_buf_t *out, bool in_place);
+/* drops both, writing the output back if ok */
+void civ_buf_unstage_io(civ_buf_t *in, civ_buf_t *out, bool in_place, bool ok);
 
 /* coll_ivshmem_area.c */
 /* Agrees on the area at the first collective (collective over comm,

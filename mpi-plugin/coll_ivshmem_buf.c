@@ -77,3 +77,23 @@ void civ_buf_unstage(civ_buf_t *b, bool write_back)
     free(b->staged);
     b->staged = NULL;
 }
+
+int civ_buf_stage_io(civ_buf_t *in, const void *sbuf, size_t scount,
+                     ompi_datatype_t *sdt, civ_buf_t *out, bool in_place)
+{
+    int rc = civ_buf_stage(out, in_place); /* in place: its bytes are input */
+    if (rc != OMPI_SUCCESS || in_place)
+        return rc;
+    civ_buf_init(in, sbuf, scount, sdt);
+    rc = civ_buf_stage(in, true);
+    if (rc != OMPI_SUCCESS)
+        civ_buf_unstage(out, false);
+    return rc;
+}
+
+void civ_buf_unstage_io(civ_buf_t *in, civ_buf_t *out, bool in_place, bool ok)
+{
+    if (!in_place)
+        civ_buf_unstage(in, false);
+    civ_buf_unstage(out, ok);
+}

@@ -50,11 +50,6 @@ static const char *const kind_names[CIV_NKINDS] = {
     "barrier", "bcast", "reduce", "allreduce", "allgather", "alltoall",
 };
 
-const char *mca_coll_ivshmem_kind_name(int kind)
-{
-    return kind >= 0 && kind < CIV_NKINDS ? kind_names[kind] : "?";
-}
-
 static void reg(const char *name, const char *doc, mca_base_var_type_t type,
                 void *storage)
 {

@@ -234,18 +234,11 @@ int civ_hier_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
     bool staged = false;
     if (!all || !counts)
         goto out;
-    rc = civ_buf_stage(&out, in_place);
+    rc = civ_buf_stage_io(&in, sbuf, (size_t)scount, sdt, &out, in_place);
     if (rc != OMPI_SUCCESS)
         goto out;
     staged = true;
-    const char *mine = out.base + m->me * b;
-    if (!in_place) {
-        civ_buf_init(&in, sbuf, (size_t)scount, sdt);
-        rc = civ_buf_stage(&in, true);
-        if (rc != OMPI_SUCCESS)
-            goto out;
-        mine = in.base;
-    }
+    const char *mine = in_place ? out.base + m->me * b : in.base;
     int *displs = counts + m->ngroups;
     for (int g = 0, d = 0; g < m->ngroups; g++) {
         counts[g] = group_size(m, g) * (int)b;
@@ -255,8 +248,6 @@ int civ_hier_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
     char *grp = all + displs[m->my_group];
     rc = SUB(m->local, allgather, mine, (int)b, MPI_BYTE, grp, (int)b,
              MPI_BYTE);
-    if (!in_place)
-        civ_buf_unstage(&in, false);
     if (rc == OMPI_SUCCESS && m->leaders)
         rc = SUB(m->leaders, allgatherv, MPI_IN_PLACE, gs * (int)b, MPI_BYTE,
                  all, counts, displs, MPI_BYTE);
@@ -273,7 +264,7 @@ int civ_hier_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
     }
 out:
     if (staged)
-        civ_buf_unstage(&out, rc == OMPI_SUCCESS);
+        civ_buf_unstage_io(&in, &out, in_place, rc == OMPI_SUCCESS);
     free(all);
     free(counts);
     return rc;

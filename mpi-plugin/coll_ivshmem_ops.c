@@ -33,12 +33,18 @@
 
 
 /* Whether this collective goes through the region: every argument of the
- * decision is the same on every rank. Sets the area up at the first one. */
+ * decision is the same on every rank (fits: what the collective itself
+ * allows, e.g. a contiguous reduction type). Sets the area up at the first
+ * one taken. A collective not taken counts as a fallback. */
 static bool take(mca_coll_ivshmem_module_t *m, int kind, size_t bytes,
-                 int *rc)
+                 bool fits, int *rc)
 {
     mca_coll_ivshmem_component_t *cc = &mca_coll_ivshmem_component;
     *rc = OMPI_SUCCESS;
+    if (!fits) {
+        m->fallback[kind]++;
+        return false;
+    }
     if (m->setup == CIV_SETUP_NOT_YET) {
         *rc = civ_area_setup(m);
         if (*rc != OMPI_SUCCESS)
@@ -57,7 +63,7 @@ int civ_barrier(ompi_communicator_t *comm, mca_coll_base_module_t *module)
 {
     mca_coll_ivshmem_module_t *m = MOD(module);
     int rc;
-    if (!take(m, CIV_BARRIER, 0, &rc))
+    if (!take(m, CIV_BARRIER, 0, true, &rc))
         return m->prev.barrier(comm, m->prev.barrier_module);
     CHECK(rc);
     uint64_t t = ++m->step; /* no buffers: no reuse check */
@@ -83,7 +89,7 @@ int civ_bcast(void *buf, int count, ompi_datatype_t *dt, int root,
     int rc;
     if (b.bytes == 0)
         return OMPI_SUCCESS;
-    if (!take(m, CIV_BCAST, b.bytes, &rc))
+    if (!take(m, CIV_BCAST, b.bytes, true, &rc))
         return m->prev.bcast(buf, count, dt, root, comm, m->prev.bcast_module);
     CHECK(rc);
     uint32_t r = (uint32_t)root;
@@ -220,12 +226,8 @@ int civ_reduce(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dt,
     bool mine = ompi_comm_rank(comm) == root;
     if (count == 0)
         return OMPI_SUCCESS;
-    if (!red_init(&rd, sbuf, rbuf, count, dt, op, mine)) {
-        m->fallback[CIV_REDUCE]++;
-        return m->prev.reduce(sbuf, rbuf, count, dt, op, root, comm,
-                              m->prev.reduce_module);
-    }
-    if (!take(m, CIV_REDUCE, rd.count * rd.ext, &rc))
+    bool fits = red_init(&rd, sbuf, rbuf, count, dt, op, mine);
+    if (!take(m, CIV_REDUCE, fits ? rd.count * rd.ext : 0, fits, &rc))
         return m->prev.reduce(sbuf, rbuf, count, dt, op, root, comm,
                               m->prev.reduce_module);
     CHECK(rc);
@@ -241,12 +243,8 @@ int civ_allreduce(const void *sbuf, void *rbuf, int count,
     int rc;
     if (count == 0)
         return OMPI_SUCCESS;
-    if (!red_init(&rd, sbuf, rbuf, count, dt, op, true)) {
-        m->fallback[CIV_ALLREDUCE]++;
-        return m->prev.allreduce(sbuf, rbuf, count, dt, op, comm,
-                                 m->prev.allreduce_module);
-    }
-    if (!take(m, CIV_ALLREDUCE, rd.count * rd.ext, &rc))
+    bool fits = red_init(&rd, sbuf, rbuf, count, dt, op, true);
+    if (!take(m, CIV_ALLREDUCE, fits ? rd.count * rd.ext : 0, fits, &rc))
         return m->prev.allreduce(sbuf, rbuf, count, dt, op, comm,
                                  m->prev.allreduce_module);
     CHECK(rc);
@@ -265,20 +263,12 @@ int civ_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
     int rc;
     if (blk == 0)
         return OMPI_SUCCESS;
-    if (!take(m, CIV_ALLGATHER, out.bytes, &rc))
+    if (!take(m, CIV_ALLGATHER, out.bytes, true, &rc))
         return m->prev.allgather(sbuf, scount, sdt, rbuf, rcount, rdt, comm,
                                  m->prev.allgather_module);
     CHECK(rc);
     /* in place, my block is already in the output */
-    CHECK(civ_buf_stage(&out, in_place));
-    if (!in_place) {
-        civ_buf_init(&in, sbuf, (size_t)scount, sdt);
-        rc = civ_buf_stage(&in, true);
-        if (rc != OMPI_SUCCESS) {
-            civ_buf_unstage(&out, false);
-            return rc;
-        }
-    }
+    CHECK(civ_buf_stage_io(&in, sbuf, (size_t)scount, sdt, &out, in_place));
     const char *mine = in_place ? out.base + m->me * blk : in.base;
     for (size_t off = 0; off < blk && rc == OMPI_SUCCESS; off += m->area.slot) {
         size_t len = blk - off < m->area.slot ? blk - off : m->area.slot;
@@ -296,9 +286,7 @@ int civ_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
                 memcpy(out.base + j * blk + off, civ_slot(&m->area, t, j), len);
         civ_post(m, t, CIV_DONE);
     }
-    if (!in_place)
-        civ_buf_unstage(&in, false);
-    civ_buf_unstage(&out, rc == OMPI_SUCCESS);
+    civ_buf_unstage_io(&in, &out, in_place, rc == OMPI_SUCCESS);
     return rc;
 }
 
@@ -315,24 +303,14 @@ int civ_alltoall(const void *sbuf, int scount, ompi_datatype_t *sdt,
     if (blk == 0)
         return OMPI_SUCCESS;
     unsigned limit = mca_coll_ivshmem_component.alltoall_max;
-    if ((limit && blk > limit) || !take(m, CIV_ALLTOALL, out.bytes, &rc)) {
-        if (limit && blk > limit)
-            m->fallback[CIV_ALLTOALL]++;
+    if (!take(m, CIV_ALLTOALL, out.bytes, !limit || blk <= limit, &rc))
         return m->prev.alltoall(sbuf, scount, sdt, rbuf, rcount, rdt, comm,
                                 m->prev.alltoall_module);
-    }
     CHECK(rc);
     /* in place, the blocks to send are the output's own: each step reads
      * its range of every block before it overwrites that range */
-    CHECK(civ_buf_stage(&out, in_place));
-    if (!in_place) {
-        civ_buf_init(&in, sbuf, (size_t)scount * m->n, sdt);
-        rc = civ_buf_stage(&in, true);
-        if (rc != OMPI_SUCCESS) {
-            civ_buf_unstage(&out, false);
-            return rc;
-        }
-    }
+    CHECK(civ_buf_stage_io(&in, sbuf, (size_t)scount * m->n, sdt, &out,
+                           in_place));
     const char *src = in_place ? out.base : in.base;
     /* per destination and step; the area exists now (its first use may
      * be this call); max_ranks keeps it at 64 bytes or more */
@@ -355,8 +333,6 @@ int civ_alltoall(const void *sbuf, int scount, ompi_datatype_t *sdt,
                    civ_slot(&m->area, t, j) + m->me * len, len);
         civ_post(m, t, CIV_DONE);
     }
-    if (!in_place)
-        civ_buf_unstage(&in, false);
-    civ_buf_unstage(&out, rc == OMPI_SUCCESS);
+    civ_buf_unstage_io(&in, &out, in_place, rc == OMPI_SUCCESS);
     return rc;
 }

@@ -37,6 +37,27 @@ simvm_mpirun() {
         "$@"
 }
 
+# The same runs in one OS, for machines without iproute2 (the benchmark
+# runners' --single-node): every rank maps the region of single_node_region
+# ($IVSHM_REGION), ivshmem carries same-OS peers (btl_ivshmem_same_vm), the
+# caller chooses the binding. lib.sh unsets a forced plm, and a machine
+# without ssh then needs an rsh agent that exists for the (local) launch to
+# start at all. single_node_mpirun NP ARGS...
+single_node_mpirun() {
+    np=$1
+    shift
+    ${SIMVM_TIMEOUT:+timeout "$SIMVM_TIMEOUT"} mpirun --allow-run-as-root -np "$np" \
+        --mca plm_rsh_agent /bin/false \
+        --mca mca_base_component_path "$top_builddir/mpi-plugin/.libs:$OMPI_SYS_COMPONENTS" \
+        --mca pml ob1 --mca osc pt2pt --mca btl_ivshmem_same_vm 1 \
+        -x IVSHM_REGION -x IVSHM_HELP_DIR "$@"
+}
+single_node_region() { # PATH SIZE: formats the file, exports IVSHM_REGION
+    "$top_builddir/libivshm/tools/ivshm" format "file:$1" --size "$2" --force >/dev/null
+    IVSHM_REGION=file:$1
+    export IVSHM_REGION
+}
+
 simvm_format() { # formats every host's region
     for r in $("$SIMVM" regions); do
         "$top_builddir/libivshm/tools/ivshm" format "file:$r" --size "${1:-256M}" --force >/dev/null
