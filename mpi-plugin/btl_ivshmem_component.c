@@ -112,7 +112,7 @@ static int ivshmem_register(void)
             MCA_BASE_VAR_TYPE_BOOL, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_LOCAL,
             &c->stats);
     /* Defaults tuned for MPI on a 16-core host (benchmarks/compare.sh):
-     * 1 KiB cells carry messages of up to ~960 bytes inline, so 256 B and
+     * 1 KiB cells carry messages of up to 992 bytes inline, so 256 B and
      * 512 B no longer take a fragment (latency 0.88 -> 0.67 us and 1.03 ->
      * 0.82 us, vader 0.64 and 0.94: medians of 3 rounds on the H100 kind,
      * ranks on cores 0 and 1; results/2026-11-23-heap/cells.txt),
@@ -308,8 +308,9 @@ int mca_btl_ivshmem_setup(void)
         return step_aside(st, "invalid btl_ivshmem parameters");
     if (m->btl_max_send_size > cfg.frag_size)
         m->btl_max_send_size = cfg.frag_size;
-    /* a cell's header takes 56 of its bytes (64: a margin) */
-    c->inline_max = cfg.cell_size > 64 ? cfg.cell_size - 64 : 0;
+    /* a whole message that fits a cell after its short header travels
+     * inline */
+    c->inline_max = cfg.cell_size - IVSHM_CELL_OVERHEAD;
     if (m->btl_eager_limit > m->btl_max_send_size)
         m->btl_eager_limit = m->btl_max_send_size;
     if (m->btl_rndv_eager_limit > m->btl_eager_limit)

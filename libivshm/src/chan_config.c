@@ -12,7 +12,8 @@
 static const ivshm_config_param_t params[] = {
     {"IVSHM_FIFO_CELLS", 256, 8, 1u << 20, 1, "receive FIFO cells"},
     {"IVSHM_CELL_SIZE", 128, 128, 4096, 0,
-     "bytes per FIFO and fast-box cell (multiple of 64; 64 are header)"},
+     "bytes per FIFO and fast-box cell (multiple of 64; a message of up to "
+     "this minus 32 travels inline)"},
     {"IVSHM_FBOX_CELLS", 64, 0, 4096, 1,
      "cells per fast box (0 disables fast boxes)"},
     {"IVSHM_FBOX_THRESHOLD", 16, 0, 1u << 30, 0,

@@ -17,9 +17,13 @@
 #define IVSHM_CHAN_LAYOUT_H
 
 #include "internal.h"
+#include "ivshm/channel.h"
 
-#define CTL_MAGIC 0x324c5443484d5649ull    /* "IVMHCTL2": this layout */
-#define CTL_MAGIC_V1 0x314c5443484d5649ull /* "IVMHCTL1": libivshm <= 0.3 */
+#define CTL_MAGIC 0x334c5443484d5649ull /* "IVMHCTL3": this layout */
+/* earlier layouts, refused by name: "IVMHCTL1" (libivshm <= 0.3) and
+ * "IVMHCTL2" (cells without the short form) */
+#define CTL_MAGIC_OLD(m) ((m) == 0x314c5443484d5649ull || (m) == 0x324c5443484d5649ull)
+#define CTL_LAYOUT 3u
 #define DIR_ENTRY_SIZE 64u
 #define MAX_EPS_LIMIT 65535u
 
@@ -97,6 +101,7 @@ enum cell_type {
     CELL_REGION = 3,   /* payload at region offset `aux` (single copy) */
     CELL_FBOX_REQ = 4, /* sender asks for a fast box */
     CELL_NOP = 5,      /* a cancelled reservation: skipped in order */
+    CELL_SHORT = 6,    /* a whole message inline after the short header */
 };
 
 struct cell {
@@ -109,14 +114,20 @@ struct cell {
     uint16_t sender; /* sender's directory index */
     uint16_t frag;   /* fragment index (frag_count <= 4096) */
     uint16_t epoch;  /* low 16 bits of the sender endpoint's epoch */
+    /* not in a CELL_SHORT cell, whose payload starts here */
     uint64_t offset; /* of this piece in the message */
     uint64_t total;  /* message length */
     uint64_t aux;    /* REGION: region offset of the data; FRAG: lend number */
 };
-/* 56 bytes: with 128-byte cells an 8-byte message is header and payload
- * in one line */
+/* 56 bytes: the header of pieces, fragments and region sends */
 #define CELL_HDR 56u
 _Static_assert(offsetof(struct cell, aux) + 8 == CELL_HDR, "cell header");
+/* A whole message (offset 0, total = len) needs no offset, total or aux:
+ * its payload starts where they would, so that header, ob1's match header
+ * and up to 16 bytes of data share one 64-byte line. */
+#define CELL_SHORT_HDR 32u
+_Static_assert(offsetof(struct cell, offset) == CELL_SHORT_HDR, "short cell");
+_Static_assert(CELL_SHORT_HDR == IVSHM_CELL_OVERHEAD, "public overhead");
 #define CELL_EPOCH(e) ((uint16_t)(e))
 _Static_assert(offsetof(struct cell, claim) == 8, "claim after seq");
 

@@ -59,12 +59,12 @@ ivshm_status_t ivshm__check_ctl(ivshm_region_t *r, uint32_t max_eps,
     struct ep_ctl *c = (struct ep_ctl *)((char *)ivshm_region_base(r) + off);
     struct ctl_geom g;
     memcpy(&g, &c->g, sizeof(g)); /* read once */
-    if (g.magic == CTL_MAGIC_V1)
+    if (CTL_MAGIC_OLD(g.magic))
         return ivshm__fail(IVSHM_ERR_VERSION,
-                           "endpoint %u uses channel layout 1 (an older "
-                           "libivshm); this library speaks layout 2: run one "
-                           "libivshm version in every VM of a job",
-                           idx);
+                           "endpoint %u uses channel layout %c (an older "
+                           "libivshm); this library speaks layout %u: run "
+                           "one libivshm version in every VM of a job",
+                           idx, (char)(g.magic >> 56), CTL_LAYOUT);
     ivshm_ep_config_t pc;
     ivshm_ep_config_init(&pc);
     pc.fifo_cells = g.fifo_cells;

@@ -23,7 +23,8 @@ bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
                     uint64_t *since)
 {
     struct cell c;
-    memcpy(&c, shared, CELL_HDR); /* read once */
+    /* read once; a short cell's payload comes along in the same line */
+    memcpy(&c, shared, CELL_HDR);
     struct peer *p;
     if (expect >= 0) {
         /* a fast box carries its one sender's life only */
@@ -89,6 +90,13 @@ bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
                      .offset = c.offset,
                      .total = c.total};
     switch (c.type) {
+    case CELL_SHORT:
+        if (c.len > ep->g.cell_size - CELL_SHORT_HDR)
+            goto bad;
+        m.offset = 0;
+        m.total = c.len;
+        m.data = (const char *)shared + CELL_SHORT_HDR;
+        break;
     case CELL_INLINE:
         /* the cell is ours: our cell size bounds it, not the sender's */
         if (c.len > ep->g.cell_size - CELL_HDR || c.offset > c.total ||

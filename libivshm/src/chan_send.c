@@ -71,9 +71,11 @@ void ivshm__publish(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
     h.total = total;
     h.aux = aux;
     h.epoch = CELL_EPOCH(ep->epoch);
+    /* a short cell's payload lies where offset, total and aux would */
+    uint32_t hdr = type == CELL_SHORT ? CELL_SHORT_HDR : CELL_HDR;
     memcpy((char *)c + offsetof(struct cell, len),
            (char *)&h + offsetof(struct cell, len),
-           CELL_HDR - offsetof(struct cell, len));
+           hdr - offsetof(struct cell, len));
     IVSHM_TEST_STEP("claim"); /* between claim and publish */
     /* C1/F0: the cell's contents happen-before the consumer's read */
     publish_seq(&c->seq, pos + 1);
@@ -145,13 +147,25 @@ static ivshm_status_t tx_begin(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
 
 size_t ivshm_ep_max_single(const ivshm_ep_t *ep) { return ep->cfg.frag_size; }
 
+/* How a piece travels to a receiver with cells of cell_size bytes: a whole
+ * message that fits goes short, a piece of a longer one inline after the
+ * full header, anything larger in a fragment. */
+static uint16_t piece_form(uint32_t cell_size, uint32_t len, uint64_t offset,
+                           uint64_t total)
+{
+    if (offset == 0 && total == len && len <= cell_size - CELL_SHORT_HDR)
+        return CELL_SHORT;
+    return len <= cell_size - CELL_HDR ? CELL_INLINE : CELL_FRAG;
+}
+
 static ivshm_status_t send_piece(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
                                  uint32_t tag, const char *buf, uint32_t len,
                                  uint64_t offset, uint64_t total)
 {
     uint64_t pos;
     int f = -1;
-    if (len > p->g.cell_size - CELL_HDR) {
+    uint16_t form = piece_form(p->g.cell_size, len, offset, total);
+    if (form == CELL_FRAG) {
         f = ivshm__frag_take(ep);
         if (f < 0)
             return IVSHM_ERR_AGAIN;
@@ -162,9 +176,10 @@ static ivshm_status_t send_piece(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
         return IVSHM_ERR_AGAIN;
     }
     if (f < 0) {
-        memcpy((char *)c + CELL_HDR, buf, len);
-        ivshm__publish(ep, p, idx, c, pos, CELL_INLINE, tag, len, offset,
-                       total, 0, 0);
+        memcpy((char *)c + (form == CELL_SHORT ? CELL_SHORT_HDR : CELL_HDR),
+               buf, len);
+        ivshm__publish(ep, p, idx, c, pos, form, tag, len, offset, total, 0,
+                       0);
     } else {
         memcpy(ep->pool + (uint64_t)f * ep->cfg.frag_size, buf, len);
         uint64_t lend = ivshm__frag_lend(ep, f, idx);
@@ -255,7 +270,8 @@ ivshm_status_t ivshm_ep_reserve(ivshm_ep_t *ep, uint32_t peer, size_t len,
     if (st != IVSHM_OK)
         return st;
     int f = -1;
-    if (len > p->g.cell_size - CELL_HDR && (f = ivshm__frag_take(ep)) < 0)
+    if (piece_form(p->g.cell_size, (uint32_t)len, 0, len) == CELL_FRAG &&
+        (f = ivshm__frag_take(ep)) < 0)
         return IVSHM_ERR_AGAIN;
     struct cell *c = claim_cell(ep, p, &rsv->pos);
     if (!c) {
@@ -268,7 +284,7 @@ ivshm_status_t ivshm_ep_reserve(ivshm_ep_t *ep, uint32_t peer, size_t len,
     rsv->frag = f;
     rsv->len = (uint32_t)len;
     *buf = f >= 0 ? ep->pool + (uint64_t)f * ep->cfg.frag_size
-                  : (char *)c + CELL_HDR;
+                  : (char *)c + CELL_SHORT_HDR;
     return IVSHM_OK;
 }
 
@@ -282,7 +298,7 @@ ivshm_status_t ivshm_ep_reserve_frag(ivshm_ep_t *ep, uint32_t peer, size_t len,
     ivshm_status_t st = tx_peer(ep, peer, &p);
     if (st != IVSHM_OK)
         return st;
-    if (len <= p->g.cell_size - CELL_HDR)
+    if (piece_form(p->g.cell_size, (uint32_t)len, 0, len) != CELL_FRAG)
         return IVSHM_ERR_NOTSUP;
     int f = ivshm__frag_take(ep);
     if (f < 0)
@@ -320,7 +336,7 @@ ivshm_status_t ivshm_ep_commit(ivshm_ep_t *ep, const ivshm_rsv_t *rsv,
     if (len > rsv->len)
         len = rsv->len;
     ivshm__publish(ep, p, rsv->peer, c, pos,
-                   rsv->frag >= 0 ? CELL_FRAG : CELL_INLINE, tag,
+                   rsv->frag >= 0 ? CELL_FRAG : CELL_SHORT, tag,
                    (uint32_t)len, 0, len,
                    rsv->frag >= 0 ? (uint32_t)rsv->frag : 0, rsv->lend);
     return IVSHM_OK;

@@ -307,6 +307,139 @@ static void test_reserve_frag(void **state)
     ivshm_ep_destroy(b);
 }
 
+/* The three forms a piece takes, by the receiver's cell size C: a whole
+ * message of at most C - 32 bytes goes short (payload after the 32-byte
+ * header, in the header's line), a piece of a longer message inline after
+ * the full 56-byte header, anything larger in a fragment. Every length
+ * around both bounds arrives whole, with the form the receiver's (not the
+ * sender's) cell size implies; a forged short length is dropped; a peer of
+ * an older channel layout is refused by name. */
+struct forms {
+    char buf[70000];
+    uint32_t len, n;
+    uint64_t offset, total;
+};
+static void forms_handler(void *arg, const ivshm_msg_t *m)
+{
+    struct forms *f = arg;
+    memcpy(f->buf + m->offset, m->data, m->len);
+    f->len = m->len;
+    f->offset = m->offset;
+    f->total = m->total;
+    f->n++;
+}
+
+static uint16_t sent_form(ivshm_ep_t *rx, uint64_t pos)
+{
+    const struct cell *c =
+        (const struct cell *)(rx->cells + (pos & (rx->g.fifo_cells - 1)) *
+                                              rx->g.cell_size);
+    return c->type;
+}
+
+static void test_cell_forms(void **state)
+{
+    (void)state;
+    const uint32_t sizes[] = {128, 256, 1024};
+    char src[70000];
+    for (size_t i = 0; i < sizeof(src); i++)
+        src[i] = (char)(i * 13 + 5);
+    for (unsigned si = 0; si < 3; si++) {
+        uint32_t C = sizes[si];
+        ivshm_ep_config_t rc, tc;
+        ivshm_ep_config_init(&rc);
+        rc.cell_size = C;
+        rc.fbox_cells = 0; /* the FIFO only: its cells can be looked at */
+        tc = rc;
+        tc.cell_size = 512; /* the sender's own cell size must not matter */
+        static struct forms got;
+        memset(&got, 0, sizeof(got));
+        ivshm_ep_t *a, *b;
+        assert_int_equal(ivshm_ep_create(dom, 0, &rc, forms_handler, &got, &a),
+                         IVSHM_OK);
+        assert_int_equal(ivshm_ep_create(dom, 1, &tc, NULL, NULL, &b), IVSHM_OK);
+        uint8_t addr[IVSHM_EP_ADDR_SIZE];
+        uint32_t peer;
+        ivshm_ep_address(a, addr);
+        assert_int_equal(ivshm_ep_connect(b, addr, sizeof(addr), &peer),
+                         IVSHM_OK);
+        const uint32_t lens[] = {0,      1,      8,      16,     C - 57,
+                                 C - 56, C - 55, C - 33, C - 32, C - 31,
+                                 C + 1,  4000};
+        uint64_t pos = 0;
+        for (unsigned li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
+            for (int way = 0; way < 2; way++) {
+                uint32_t L = lens[li];
+                uint32_t n0 = got.n;
+                if (way == 0) {
+                    assert_int_equal(ivshm_ep_try_send(b, peer, 3, src, L),
+                                     IVSHM_OK);
+                } else {
+                    void *buf;
+                    ivshm_rsv_t rsv;
+                    assert_int_equal(ivshm_ep_reserve(b, peer, L, &buf, &rsv),
+                                     IVSHM_OK);
+                    memcpy(buf, src, L);
+                    assert_int_equal(ivshm_ep_commit(b, &rsv, 3, L), IVSHM_OK);
+                }
+                uint16_t want = L <= C - CELL_SHORT_HDR ? CELL_SHORT : CELL_FRAG;
+                assert_int_equal(sent_form(a, pos++), want);
+                memset(got.buf, 0, L + 64);
+                while (got.n == n0)
+                    ivshm_ep_progress(a);
+                assert_int_equal(got.len, L);
+                assert_int_equal(got.offset, 0);
+                assert_int_equal(got.total, L);
+                assert_memory_equal(got.buf, src, L);
+                assert_int_equal(got.buf[L], 0); /* nothing past the end */
+            }
+        /* a message of more than one fragment: its last, small piece goes
+         * inline after the full header, with its offset */
+        uint32_t T = tc.frag_size + 10;
+        uint32_t n0 = got.n;
+        assert_int_equal(ivshm_ep_send(b, peer, 4, src, T), IVSHM_OK);
+        assert_int_equal(sent_form(a, pos++), CELL_FRAG);
+        assert_int_equal(sent_form(a, pos++), CELL_INLINE);
+        memset(got.buf, 0, T);
+        while (got.n < n0 + 2)
+            ivshm_ep_progress(a);
+        assert_int_equal(got.offset, tc.frag_size);
+        assert_int_equal(got.len, 10);
+        assert_int_equal(got.total, T);
+        assert_memory_equal(got.buf, src, T);
+        /* a short cell claiming more than the receiver's cell holds */
+        void *buf;
+        ivshm_rsv_t rsv;
+        assert_int_equal(ivshm_ep_reserve(b, peer, 20, &buf, &rsv), IVSHM_OK);
+        assert_int_equal(ivshm_ep_commit(b, &rsv, 5, 20), IVSHM_OK);
+        ((struct cell *)rsv.cell)->len = C - CELL_SHORT_HDR + 1;
+        n0 = got.n;
+        while (ivshm_ep_progress(a) == 0)
+            ;
+        assert_int_equal(got.n, n0);
+        ivshm_ep_stats_t es;
+        ivshm_ep_stats(a, &es);
+        assert_int_equal(es.invalid_dropped, 1);
+        ivshm_ep_destroy(b);
+        ivshm_ep_destroy(a);
+    }
+    /* a peer that publishes the previous channel layout ("IVMHCTL2") */
+    ivshm_ep_t *a, *b;
+    assert_int_equal(ivshm_ep_create(dom, 0, NULL, nop_handler, NULL, &a),
+                     IVSHM_OK);
+    assert_int_equal(ivshm_ep_create(dom, 1, NULL, NULL, NULL, &b), IVSHM_OK);
+    a->ctl->g.magic = 0x324c5443484d5649ull;
+    uint8_t addr[IVSHM_EP_ADDR_SIZE];
+    uint32_t peer;
+    ivshm_ep_address(a, addr);
+    assert_int_equal(ivshm_ep_connect(b, addr, sizeof(addr), &peer),
+                     IVSHM_ERR_VERSION);
+    assert_non_null(strstr(ivshm_last_error(), "channel layout 2"));
+    a->ctl->g.magic = CTL_MAGIC;
+    ivshm_ep_destroy(b);
+    ivshm_ep_destroy(a);
+}
+
 /* ---- threads ---- */
 
 struct waker {
@@ -454,6 +587,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_domain_valid, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_and_region, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_frag, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cell_forms, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wakeup_races, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads_many_to_one, setup, teardown),
     };

@@ -31,6 +31,10 @@ typedef struct ivshm_ep_config {
     uint32_t max_per_poll;   /* messages handled per progress call, max */
 } ivshm_ep_config_t;
 
+/* Bytes of a cell that a whole message of at most cell_size minus this
+ * travels inline with (larger ones take a fragment). */
+#define IVSHM_CELL_OVERHEAD 32u
+
 /* Defaults, then overrides from the environment: IVSHM_FIFO_CELLS,
  * IVSHM_CELL_SIZE, IVSHM_FBOX_CELLS, IVSHM_FBOX_THRESHOLD,
  * IVSHM_FBOX_BUDGET, IVSHM_FRAG_COUNT, IVSHM_FRAG_SIZE. */
