@@ -308,12 +308,13 @@ static void test_reserve_frag(void **state)
 }
 
 /* The three forms a piece takes, by the receiver's cell size C: a whole
- * message of at most C - 32 bytes goes short (payload after the 32-byte
- * header, in the header's line), a piece of a longer message inline after
- * the full 56-byte header, anything larger in a fragment. Every length
- * around both bounds arrives whole, with the form the receiver's (not the
- * sender's) cell size implies; a forged short length is dropped; a peer of
- * an older channel layout is refused by name. */
+ * message goes short (payload after the 32-byte header) where that saves
+ * a 64-byte line or only a short one fits, otherwise inline after the
+ * full 56-byte header (as every piece of a longer message does), anything
+ * larger than C - 32 in a fragment. Every length around the bounds
+ * arrives whole, with the form the receiver's (not the sender's) cell
+ * size implies; a forged short length is dropped; a peer of an older
+ * channel layout is refused by name. */
 struct forms {
     char buf[70000];
     uint32_t len, n;
@@ -363,13 +364,22 @@ static void test_cell_forms(void **state)
         ivshm_ep_address(a, addr);
         assert_int_equal(ivshm_ep_connect(b, addr, sizeof(addr), &peer),
                          IVSHM_OK);
-        const uint32_t lens[] = {0,      1,      8,      16,     C - 57,
-                                 C - 56, C - 55, C - 33, C - 32, C - 31,
-                                 C + 1,  4000};
+        const struct {
+            uint32_t len;
+            uint16_t form;
+        } want[] = {
+            {0, CELL_INLINE},      {8, CELL_INLINE},      /* one line */
+            {9, CELL_SHORT},       {32, CELL_SHORT},      /* 1 line, not 2 */
+            {33, CELL_INLINE},     {40, CELL_INLINE},     /* 2 lines both */
+            {72, CELL_INLINE},     {73, CELL_SHORT},      /* 2 both; 2 vs 3 */
+            {C - 57, CELL_INLINE}, {C - 56, CELL_INLINE}, /* full fits */
+            {C - 55, CELL_SHORT},  {C - 32, CELL_SHORT},  /* short only */
+            {C - 31, CELL_FRAG},   {C + 1, CELL_FRAG},    {4000, CELL_FRAG},
+        };
         uint64_t pos = 0;
-        for (unsigned li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
+        for (unsigned li = 0; li < sizeof(want) / sizeof(want[0]); li++)
             for (int way = 0; way < 2; way++) {
-                uint32_t L = lens[li];
+                uint32_t L = want[li].len;
                 uint32_t n0 = got.n;
                 if (way == 0) {
                     assert_int_equal(ivshm_ep_try_send(b, peer, 3, src, L),
@@ -382,8 +392,7 @@ static void test_cell_forms(void **state)
                     memcpy(buf, src, L);
                     assert_int_equal(ivshm_ep_commit(b, &rsv, 3, L), IVSHM_OK);
                 }
-                uint16_t want = L <= C - CELL_SHORT_HDR ? CELL_SHORT : CELL_FRAG;
-                assert_int_equal(sent_form(a, pos++), want);
+                assert_int_equal(sent_form(a, pos++), want[li].form);
                 memset(got.buf, 0, L + 64);
                 while (got.n == n0)
                     ivshm_ep_progress(a);
@@ -412,6 +421,7 @@ static void test_cell_forms(void **state)
         ivshm_rsv_t rsv;
         assert_int_equal(ivshm_ep_reserve(b, peer, 20, &buf, &rsv), IVSHM_OK);
         assert_int_equal(ivshm_ep_commit(b, &rsv, 5, 20), IVSHM_OK);
+        assert_int_equal(sent_form(a, pos++), CELL_SHORT);
         ((struct cell *)rsv.cell)->len = C - CELL_SHORT_HDR + 1;
         n0 = got.n;
         while (ivshm_ep_progress(a) == 0)

@@ -6,14 +6,14 @@
 # data), vader in the same rounds. ivshm-osu latency and mlat (7 pairs),
 # 1 B - 4 KiB, median of 11 repeats and their mean; single node, ranks
 # bound to cores (latency: cores 0,1; mlat: 0-13), ivshmem forced with
-# btl_ivshmem_same_vm; 5 rounds interleaved. Run from the repository root
+# btl_ivshmem_same_vm; $ROUNDS (default 5) rounds interleaved. Run from the repository root
 # with oldsrc/ and the generated build systems present.
 set -u
 . benchmarks/results/2026-11-23-short-cell/ab-build.sh
 mpicc -O2 "$top/benchmarks/ivshm_osu.c" -o /tmp/osu
 SYS=$(ompi_info --path pkglibdir --parsable | sed 's/^path:pkglibdir://')
 m() { np=$1; shift; mpirun --allow-run-as-root -np "$np" --bind-to core --map-by core --mca pml ob1 "$@"; }
-for round in 1 2 3 4 5; do
+for round in $(seq "${ROUNDS:-5}"); do
     for b in latency mlat; do
         np=2; [ $b = mlat ] && np=14
         for v in _old _new; do
