@@ -14,12 +14,16 @@
  * mtrate -t N: N threads per rank (MPI_THREAD_MULTIPLE), thread k of rank
  *   0 ping-pongs with thread k of rank 1 on tag k; prints the aggregate
  *   message rate (millions of messages per second, both directions).
+ *   Where the rank may run on at least N CPUs, thread k is pinned to the
+ *   k-th of them, so that every set-up runs its threads on the same CPUs.
  * -P A,B: latency, bw and bibw between ranks A and B of a larger job (the
  *   others wait): one job measures pairs on one host and across hosts,
  *   e.g. ranks 0,1 in two VMs of one host and 0,2 on another host.
  */
+#define _GNU_SOURCE
 #include <mpi.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,6 +174,17 @@ static void *mt_pingpong(void *p)
     }
     return NULL;
 }
+/* The k-th CPU this rank may run on, -1 if it has fewer than nthreads. */
+static int mt_cpu(int k)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) < nthreads)
+        return -1;
+    for (int c = 0, seen = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set) && seen++ == k)
+            return c;
+    return -1;
+}
 static double b_mtrate(size_t n, int it, char *s, char *r)
 {
     (void)s;
@@ -179,7 +194,17 @@ static double b_mtrate(size_t n, int it, char *s, char *r)
     double t0 = MPI_Wtime();
     for (int k = 0; k < nthreads; k++) {
         a[k] = (struct mt_arg){n, it, k, malloc(n ? n : 1)};
-        pthread_create(&th[k], NULL, mt_pingpong, &a[k]);
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        int cpu = mt_cpu(k);
+        if (cpu >= 0) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cpu, &one);
+            pthread_attr_setaffinity_np(&at, sizeof(one), &one);
+        }
+        pthread_create(&th[k], &at, mt_pingpong, &a[k]);
+        pthread_attr_destroy(&at);
     }
     for (int k = 0; k < nthreads; k++) {
         pthread_join(th[k], NULL);

@@ -3,8 +3,11 @@
 # machine, ivshmem (btl self,ivshmem, same_vm) and vader interleaved, 5
 # rounds. Single-thread latency under MPI_THREAD_MULTIPLE (-T) with ranks
 # bound to cores 0 and 1; the 4-thread message rate (mtrate -t 4) with each
-# rank bound to 4 cores (--map-by slot:PE=4). Also the single-threaded
-# latency (MPI_Init), to show the path without threads.
+# rank bound to 4 cores (--map-by slot:PE=4; ivshm-osu pins thread k to the
+# k-th of them). Also the single-threaded
+# latency (MPI_Init), to show the path without threads. Columns: set-up,
+# round, bytes, median of the repeats, their mean (OSU's average; mt.txt,
+# the first run, has the median only).
 set -u
 top=$(pwd)
 if [ ! -f "$top/_new/.mt-build" ]; then
@@ -22,7 +25,7 @@ run() { # LABEL BTL BIND... -- OSU ARGS
     IVSHM_REGION=file:$R mpirun --allow-run-as-root -np 2 \
       --mca mca_base_component_path "$top/_new/mpi-plugin/.libs:$SYS" --mca pml ob1 --mca btl $btl \
       --mca btl_ivshmem_same_vm 1 -x IVSHM_REGION "$@" >/tmp/run.out 2>&1
-    awk -v l="$label" -v r=$round '/^[0-9]/ {print l, "r" r, $1, $2}' /tmp/run.out
+    awk -v l="$label" -v r=$round '/^[0-9]/ {print l, "r" r, $1, $2, $3}' /tmp/run.out
     grep -q "^[0-9]" /tmp/run.out || { echo "FAILED: $label"; tail -5 /tmp/run.out; }
 }
 for round in 1 2 3 4 5; do
