@@ -1,6 +1,7 @@
-# Sourced by ab-short.sh and chan-lat.sh: builds oldsrc/ (fee6bdc, the
-# 56-byte header in every cell) into _old and the tree into _new, from the
-# repository root with the generated build systems present.
+# Sourced by the A/B runners (ab-short.sh, chan-lat.sh, and
+# ../2026-11-23-threads/mt-ab.sh): builds oldsrc/ (the "before" commit each
+# runner names) into _old and the tree into _new, from the repository root
+# with the generated build systems present.
 top=$(pwd)
 build() {
     src=$1 d=$2
