@@ -109,33 +109,10 @@ typedef struct mca_btl_ivshmem_component_t {
     /* messages up to this size fit one of our cells: btl_alloc stages them
      * privately without asking the channel for a fragment */
     size_t inline_max;
-    /* MPI_THREAD_MULTIPLE: where the progress call that holds the lock
-     * collects the lent pieces it received (NULL: deliver at once) */
-    struct mca_btl_ivshmem_drain *drain;
-    uint64_t drained; /* pieces handed to ob1 that way (stats) */
 } mca_btl_ivshmem_component_t;
 
-/* MPI_THREAD_MULTIPLE: pieces whose data the sender lent (its fragments,
- * its region memory) are handed to ob1 after the progress call lets the
- * lock go, and given back then; so several threads copy large messages out
- * at once instead of one after another under the lock. */
-#define IVSHMEM_DRAIN_MAX 64
-struct mca_btl_ivshmem_drained {
-    struct mca_btl_base_endpoint_t *ep;
-    void *data;
-    size_t len;
-    mca_btl_base_tag_t tag;
-    ivshm_loan_t loan;
-};
-typedef struct mca_btl_ivshmem_drain {
-    unsigned n;
-    struct mca_btl_ivshmem_drained item[IVSHMEM_DRAIN_MAX];
-} mca_btl_ivshmem_drain_t;
-/* Delivers what a progress call collected and gives the loans back. */
-int mca_btl_ivshmem_drain_deliver(mca_btl_ivshmem_drain_t *d);
-
 /* Bumped whenever the component struct or mem_* / coll_* change meaning. */
-#define MCA_BTL_IVSHMEM_ABI 0x49560004u
+#define MCA_BTL_IVSHMEM_ABI 0x49560003u
 
 OPAL_MODULE_DECLSPEC extern mca_btl_ivshmem_component_t
     mca_btl_ivshmem_component;

@@ -561,27 +561,14 @@ static int ivshmem_progress(void)
     int n = ivshmem_verbs_progress();
     if (!c->ep)
         return n;
-    if (!c->threads) {
-        n += ivshm_ep_progress(c->ep);
-        if (c->pending_frags)
-            n += mca_btl_ivshmem_progress_pending();
-        return n;
-    }
     /* MPI_THREAD_MULTIPLE: one thread consumes the queues; the others
-     * return at once instead of waiting for it. Lent pieces are collected
-     * and handed to ob1 after the lock is let go, so the next thread may
-     * consume while this one copies (a callback made under the lock that
-     * progresses again collects into its own list) */
-    if (pthread_mutex_trylock(&c->lock) != 0)
+     * return at once instead of waiting for it */
+    if (c->threads && pthread_mutex_trylock(&c->lock) != 0)
         return n;
-    mca_btl_ivshmem_drain_t mine, *outer = c->drain; /* not zeroed: 3.6 KiB */
-    mine.n = 0;
-    c->drain = &mine;
     n += ivshm_ep_progress(c->ep);
     if (c->pending_frags)
         n += mca_btl_ivshmem_progress_pending();
-    c->drain = outer;
-    pthread_mutex_unlock(&c->lock);
-    mca_btl_ivshmem_drain_deliver(&mine);
+    if (c->threads)
+        pthread_mutex_unlock(&c->lock);
     return n;
 }

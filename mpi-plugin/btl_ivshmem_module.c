@@ -148,12 +148,6 @@ static int ivshmem_finalize(struct mca_btl_base_module_t *btl)
         for (uint32_t i = 0; i < C->npeers; i++)
             if (C->peers[i])
                 mca_btl_ivshmem_print_stats(C->peers[i], "region");
-    if (C->stats && C->threads)
-        opal_output(0,
-                    "btl ivshmem stats: rank %u: %llu lent pieces handed to "
-                    "ob1 outside the lock (MPI_THREAD_MULTIPLE)",
-                    (unsigned)OPAL_PROC_MY_NAME.vpid,
-                    (unsigned long long)C->drained);
     if (C->stats)
         mca_btl_ivshmem_heap_print_stats();
     mca_btl_ivshmem_teardown();
@@ -575,39 +569,16 @@ void mca_btl_ivshmem_event(void *arg, int kind, uint32_t peer)
 void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m)
 {
     (void)arg;
-    if (m->tag >= MCA_BTL_TAG_MAX || m->offset != 0 || m->len != m->total) {
-        if (m->loan) /* not something our sends produce */
-            ivshm_ep_return_loan(C->ep, m->loan);
-        return;
-    }
+    if (m->tag >= MCA_BTL_TAG_MAX || m->offset != 0 || m->len != m->total)
+        return; /* not something our sends produce */
     struct mca_btl_base_endpoint_t *ep =
         m->sender < C->npeers ? C->peers[m->sender] : NULL;
     if (ep) {
         ep->recvs++;
         ep->bytes_in += m->len;
     }
-    mca_btl_ivshmem_drain_t *d = C->drain;
-    if (m->loan && d && d->n < IVSHMEM_DRAIN_MAX) {
-        d->item[d->n++] = (struct mca_btl_ivshmem_drained){
-            ep, (void *)m->data, m->len, (mca_btl_base_tag_t)m->tag, *m->loan};
-        C->drained++;
-        return; /* delivered once the lock is let go */
-    }
     mca_btl_ivshmem_deliver(&mca_btl_ivshmem_module.super, ep,
                             (mca_btl_base_tag_t)m->tag, (void *)m->data, m->len);
-    if (m->loan)
-        ivshm_ep_return_loan(C->ep, m->loan);
-}
-
-int mca_btl_ivshmem_drain_deliver(mca_btl_ivshmem_drain_t *d)
-{
-    for (unsigned i = 0; i < d->n; i++) {
-        struct mca_btl_ivshmem_drained *it = &d->item[i];
-        mca_btl_ivshmem_deliver(&mca_btl_ivshmem_module.super, it->ep, it->tag,
-                                it->data, it->len);
-        ivshm_ep_return_loan(C->ep, &it->loan);
-    }
-    return (int)d->n;
 }
 
 /* Shared by both modules: hands one received message to the callback ob1
@@ -693,8 +664,6 @@ void mca_btl_ivshmem_threads_enable(void)
     pthread_mutex_init(&C->lock, &a);
     pthread_mutexattr_destroy(&a);
     C->threads = true;
-    if (C->ep) /* lent pieces go to ob1 outside the lock (progress) */
-        ivshm_ep_defer_loans(C->ep, 1);
     mca_btl_base_module_t *m = &mca_btl_ivshmem_module.super;
     m->btl_add_procs = ivshmem_add_procs_mt;
     m->btl_del_procs = ivshmem_del_procs_mt;

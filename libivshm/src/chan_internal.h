@@ -130,7 +130,6 @@ struct ivshm_ep {
     uint32_t fbox_bytes;
     uint32_t fbox_granted;
     bool in_handler;
-    bool defer_loans; /* lent pieces are acknowledged by the caller */
     struct {
         uint64_t msgs_in, bytes_in, invalid, dead_peers, fbox_granted;
         uint64_t msgs_out, bytes_out, stalls, fbox_used, wakeups;

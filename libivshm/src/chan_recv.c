@@ -140,26 +140,19 @@ bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
     }
     p->pseq_in++;
     p->rx_held = false;
-    ivshm_loan_t loan;
-    if (lent) {
-        loan.done = c.type == CELL_FRAG ? (void *)&p->fdone[c.frag]
-                                        : (void *)&p->rdone[ep->index];
-        loan.frag = c.type == CELL_FRAG;
-        loan.value = c.aux;
-        loan.word = p->entry_word;
-        loan.epoch = p->epoch;
-        loan.index = c.sender;
-        if (ep->defer_loans)
-            m.loan = &loan;
-    }
     ep->in_handler = true;
     if (ep->handler)
         ep->handler(ep->harg, &m);
-    else if (m.loan)
-        ivshm_ep_return_loan(ep, &loan); /* nobody to take it */
     ep->in_handler = false;
-    if (lent && !m.loan)
-        ivshm_ep_return_loan(ep, &loan);
+    /* acknowledge in the sender's block only while it is still its own */
+    if (lent && lender_state(ep, p) == PROC_LIVE) {
+        IVSHM_TEST_STEP("ack");
+        if (c.type == CELL_FRAG)
+            ivshm__frag_ack(&p->fdone[c.frag], c.aux); /* G0 */
+        else
+            atomic_fetch_add_explicit(&p->rdone[ep->index], 1,
+                                      memory_order_release);
+    }
     BUMP(ep, msgs_in, 1);
     BUMP(ep, bytes_in, c.len);
     return true;
@@ -167,29 +160,6 @@ bad:
     p->pseq_in++; /* the piece is consumed, dropped */
     ivshm__drop(ep);
     return true;
-}
-
-void ivshm_ep_defer_loans(ivshm_ep_t *ep, int on) { ep->defer_loans = on != 0; }
-
-/* Acknowledges in the lender's block only while that life of the lender
- * lasts: its directory entry unchanged (the block is still its control
- * block) and its lease live (not in doubt: a reclaimer may be freeing it). */
-void ivshm_ep_return_loan(ivshm_ep_t *ep, const ivshm_loan_t *loan)
-{
-    if (loan->index >= ep->d->max_eps)
-        return;
-    struct dir_entry *e = &ep->d->dir[loan->index];
-    if (atomic_load_explicit(&e->word, memory_order_acquire) != loan->word ||
-        atomic_load_explicit(&e->epoch, memory_order_relaxed) != loan->epoch ||
-        ivshm__proc_state(ep->r, DIR_SLOT(loan->word), DIR_GEN(loan->word)) !=
-            PROC_LIVE)
-        return;
-    IVSHM_TEST_STEP("ack");
-    if (loan->frag)
-        ivshm__frag_ack(loan->done, loan->value); /* G0 */
-    else
-        atomic_fetch_add_explicit((_Atomic uint64_t *)loan->done, 1,
-                                  memory_order_release);
 }
 
 /* Reclaims dead leases (at most every GC_MAX_NS: a dead process of this

@@ -57,22 +57,9 @@ ivshm_status_t ivshm_domain_join(ivshm_region_t *r, const char *key,
                                  uint32_t max_eps, ivshm_domain_t **out);
 void ivshm_domain_leave(ivshm_domain_t *d);
 
-/* What a receiver owes the sender of a lent piece (data in the sender's
- * fragment or region memory) once it has read the data: filled by the
- * channel, given back with ivshm_ep_return_loan. Its fields are the
- * channel's. */
-typedef struct ivshm_loan {
-    void *done;     /* the acknowledgement word in the lender's block */
-    uint64_t value; /* a fragment's lend number */
-    uint64_t word;  /* the lender's directory word and epoch: this life */
-    uint32_t epoch;
-    uint32_t index; /* the lender's directory index */
-    uint32_t frag;  /* 1: a fragment, 0: region memory */
-} ivshm_loan_t;
-
 /* A received message piece. Messages longer than one cell or fragment come
  * as several pieces in order (offset grows to total). data is valid during
- * the handler call only, unless loan is set (see ivshm_ep_defer_loans). */
+ * the handler call only. */
 typedef struct ivshm_msg {
     uint32_t sender; /* peer index (as given by ivshm_ep_connect) */
     uint32_t tag;
@@ -80,7 +67,6 @@ typedef struct ivshm_msg {
     uint32_t len;
     uint64_t offset; /* of this piece in the message */
     uint64_t total;  /* message length */
-    const ivshm_loan_t *loan; /* deferred loans only; NULL otherwise */
 } ivshm_msg_t;
 
 typedef void (*ivshm_msg_handler_t)(void *arg, const ivshm_msg_t *m);
@@ -183,19 +169,6 @@ ivshm_status_t ivshm_ep_peer_alive(ivshm_ep_t *ep, uint32_t peer);
 
 /* Handles up to cfg.max_per_poll received pieces; returns how many. */
 int ivshm_ep_progress(ivshm_ep_t *ep);
-
-/* Deferred loans (off by default): a piece whose data the sender lent (its
- * fragment, its region memory) is then handed over with m->loan set and is
- * not acknowledged when the handler returns. Its data stays readable, and
- * the sender does not reuse it, until the handler's owner copies *m->loan
- * and gives it back with ivshm_ep_return_loan, from any thread, once it has
- * read the data. So a multi-threaded caller can copy large pieces out of
- * the progress path. Every loan must be given back exactly once. */
-void ivshm_ep_defer_loans(ivshm_ep_t *ep, int on);
-/* Gives a loan back: acknowledged in the lender's block while that life of
- * the lender lasts (a gone lender is owed nothing). Thread-safe; touches
- * no endpoint state. */
-void ivshm_ep_return_loan(ivshm_ep_t *ep, const ivshm_loan_t *loan);
 /* Blocks until something arrives or timeout_ms passes (-1: forever):
  * arms the wake-up bit, re-checks, then waits on the notifier. Returns
  * IVSHM_OK or IVSHM_ERR_AGAIN on timeout. */
