@@ -99,6 +99,9 @@ typedef struct mca_btl_ivshmem_component_t {
     int (*coll_map)(const ivshm_identity_t *owner, uint64_t off,
                     uint64_t len, void **addr);
     bool (*coll_alive)(const ivshm_identity_t *id);
+    /* the region offset of [p, p+len) if it is region memory this process
+     * maps (its own: region heap blocks, MPI_Alloc_mem), else UINT64_MAX */
+    uint64_t (*coll_offset)(const void *p, size_t len);
     /* MPI_THREAD_MULTIPLE: every call into the endpoint holds this
      * recursive lock (an ob1 callback made from our progress may send);
      * progress only tries it. Unused, and never taken, otherwise. */
@@ -112,7 +115,7 @@ typedef struct mca_btl_ivshmem_component_t {
 } mca_btl_ivshmem_component_t;
 
 /* Bumped whenever the component struct or mem_* / coll_* change meaning. */
-#define MCA_BTL_IVSHMEM_ABI 0x49560003u
+#define MCA_BTL_IVSHMEM_ABI 0x49560004u
 
 OPAL_MODULE_DECLSPEC extern mca_btl_ivshmem_component_t
     mca_btl_ivshmem_component;

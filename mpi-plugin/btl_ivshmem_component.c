@@ -53,6 +53,7 @@ mca_btl_ivshmem_component_t mca_btl_ivshmem_component = {
     .coll_free = region_mem_free,
     .coll_map = coll_map,
     .coll_alive = coll_alive,
+    .coll_offset = mca_btl_ivshmem_region_offset,
 };
 
 static void frag_construct(mca_btl_ivshmem_frag_t *f)

@@ -144,6 +144,7 @@ typedef struct mca_coll_ivshmem_module_t {
     uint64_t count[CIV_NKINDS];    /* collectives run through the region */
     uint64_t fallback[CIV_NKINDS]; /* handed to the modules below */
     uint64_t steps, scans;         /* steps; full scans of the counters */
+    uint64_t alltoall_direct;      /* alltoalls read from peers' buffers */
 } mca_coll_ivshmem_module_t;
 OBJ_CLASS_DECLARATION(mca_coll_ivshmem_module_t);
 

@@ -96,9 +96,10 @@ static int civ_register(void)
         MCA_BASE_VAR_TYPE_UNSIGNED_LONG, &cc->max_bytes);
     cc->alltoall_max = 4096;
     reg("alltoall_max",
-        "Alltoalls with more bytes per pair go to the modules below (over "
-        "the BTL's point-to-point path, which moves them with fewer "
-        "copies; measured in docs/collectives.md); 0: no limit",
+        "Alltoalls with more bytes per pair are read in place from the "
+        "peers' send buffers where all of them are region memory (region "
+        "heap, MPI_Alloc_mem), otherwise they go to the modules below "
+        "(docs/collectives.md); 0: no limit",
         MCA_BASE_VAR_TYPE_UNSIGNED_INT, &cc->alltoall_max);
     cc->max_ranks = 256;
     reg("max_ranks", "Largest number of ranks in one region it serves",
@@ -249,10 +250,12 @@ static void print_stats(mca_coll_ivshmem_module_t *m)
                         (unsigned long long)m->fallback[k]);
     opal_output(0,
                 "coll ivshmem stats: %s rank %u of %u (%s): region/fallback"
-                "%s; steps %llu, counter scans %llu",
+                "%s; steps %llu, counter scans %llu, alltoall read in "
+                "place %llu",
                 m->comm ? m->comm->c_name : "?", m->me, m->n,
                 m->mode == CIV_FLAT ? "one region" : "two levels", line,
-                (unsigned long long)m->steps, (unsigned long long)m->scans);
+                (unsigned long long)m->steps, (unsigned long long)m->scans,
+                (unsigned long long)m->alltoall_direct);
 }
 
 static void module_destruct(mca_coll_ivshmem_module_t *m)

@@ -16,7 +16,9 @@
  *   allgather  every rank places its block in its slot, then reads all;
  *   alltoall   every rank places the blocks for all in its slot, then
  *              reads its own block from every slot (up to alltoall_max
- *              bytes a pair: larger ones go below, to point-to-point).
+ *              bytes a pair); larger ones are read straight from the
+ *              peers' send buffers where all of them are region memory,
+ *              otherwise they go below, to point-to-point.
  * Datatypes: any layout (a non-contiguous buffer is packed whole into
  * private memory first, or unpacked whole at the end: steps cut the
  * packed bytes anywhere), since a decision must not depend on what only
@@ -290,6 +292,71 @@ int civ_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
     return rc;
 }
 
+/* Alltoall above alltoall_max with every rank's send buffer in the region
+ * (region heap, MPI_Alloc_mem): each rank publishes its buffer's offset in
+ * one step, reads its block straight from every peer's buffer (one copy,
+ * no slots) and leaves once every rank is done reading its own buffer. An
+ * offset is untrusted: it is read only where it lies in memory of the
+ * publisher's live lease, and a bad one ends the collective with an error.
+ * A rank whose buffer is not region memory (or not contiguous, or in
+ * place) publishes none, and every rank, having read the same offsets,
+ * falls back (*direct false). */
+static int alltoall_direct(mca_coll_ivshmem_module_t *m, const void *sbuf,
+                           int scount, ompi_datatype_t *sdt, civ_buf_t *out,
+                           size_t blk, bool *direct)
+{
+    *direct = false;
+    uint64_t mine = UINT64_MAX, t;
+    if (sbuf != MPI_IN_PLACE) {
+        civ_buf_t in;
+        civ_buf_init(&in, sbuf, (size_t)scount * m->n, sdt);
+        if (in.contig && in.bytes == out->bytes)
+            mine = m->btl->coll_offset(in.base, in.bytes);
+    }
+    if (mine == UINT64_MAX)
+        opal_output_verbose(2, mca_coll_ivshmem_component.output,
+                            "coll ivshmem: rank %u: alltoall send buffer %p "
+                            "is not contiguous region memory: no direct read",
+                            m->me, sbuf);
+    CHECK(civ_step_begin(m, &t));
+    memcpy(civ_slot(&m->area, t, m->me), &mine, sizeof(mine));
+    civ_post(m, t, CIV_ARRIVED);
+    CHECK(civ_wait_all(m, t, CIV_ARRIVED));
+    bool all = true;
+    for (uint32_t j = 0; j < m->n && all; j++) {
+        uint64_t off;
+        memcpy(&off, civ_slot(&m->area, t, j), sizeof(off)); /* untrusted */
+        all = off != UINT64_MAX;
+    }
+    int rc = all ? civ_buf_stage(out, false) : OMPI_SUCCESS;
+    /* rank i reads rank i+k's buffer in round k: each buffer has one
+     * reader at a time, not all of them at once */
+    for (uint32_t k = 0; k < m->n && all && rc == OMPI_SUCCESS; k++) {
+        uint32_t j = (m->me + k) % m->n;
+        uint64_t off;
+        void *peer;
+        memcpy(&off, civ_slot(&m->area, t, j), sizeof(off));
+        if (m->btl->coll_map(&m->ids[j], off, out->bytes, &peer) != IVSHM_OK) {
+            opal_output(0, "coll ivshmem: rank %u published an alltoall "
+                           "buffer [%llu, +%zu) that is not its region memory",
+                        j, (unsigned long long)off, out->bytes);
+            rc = OMPI_ERR_BAD_PARAM;
+            break;
+        }
+        memcpy(out->base + j * blk, (const char *)peer + m->me * blk, blk);
+    }
+    civ_post(m, t, CIV_DONE); /* reads nothing more */
+    if (!all)
+        return OMPI_SUCCESS;
+    /* our buffer is the user's again once every peer has read its block */
+    if (rc == OMPI_SUCCESS)
+        rc = civ_wait_all(m, t, CIV_DONE);
+    civ_buf_unstage(out, rc == OMPI_SUCCESS);
+    *direct = true;
+    m->alltoall_direct++;
+    return rc;
+}
+
 int civ_alltoall(const void *sbuf, int scount, ompi_datatype_t *sdt,
                  void *rbuf, int rcount, ompi_datatype_t *rdt,
                  ompi_communicator_t *comm, mca_coll_base_module_t *module)
@@ -303,10 +370,20 @@ int civ_alltoall(const void *sbuf, int scount, ompi_datatype_t *sdt,
     if (blk == 0)
         return OMPI_SUCCESS;
     unsigned limit = mca_coll_ivshmem_component.alltoall_max;
-    if (!take(m, CIV_ALLTOALL, out.bytes, !limit || blk <= limit, &rc))
+    if (!take(m, CIV_ALLTOALL, out.bytes, true, &rc))
         return m->prev.alltoall(sbuf, scount, sdt, rbuf, rcount, rdt, comm,
                                 m->prev.alltoall_module);
     CHECK(rc);
+    if (limit && blk > limit) {
+        bool direct;
+        CHECK(alltoall_direct(m, sbuf, scount, sdt, &out, blk, &direct));
+        if (direct)
+            return OMPI_SUCCESS;
+        m->count[CIV_ALLTOALL]--; /* not through the region after all */
+        m->fallback[CIV_ALLTOALL]++;
+        return m->prev.alltoall(sbuf, scount, sdt, rbuf, rcount, rdt, comm,
+                                m->prev.alltoall_module);
+    }
     /* in place, the blocks to send are the output's own: each step reads
      * its range of every block before it overwrites that range */
     CHECK(civ_buf_stage_io(&in, sbuf, (size_t)scount * m->n, sdt, &out,
