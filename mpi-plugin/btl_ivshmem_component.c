@@ -113,10 +113,13 @@ static int ivshmem_register(void)
             MCA_BASE_VAR_TYPE_BOOL, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_LOCAL,
             &c->stats);
     /* Defaults tuned for MPI on a 16-core host (benchmarks/compare.sh):
-     * 1 KiB cells carry messages of up to 992 bytes inline, so 256 B and
-     * 512 B no longer take a fragment (latency 0.88 -> 0.67 us and 1.03 ->
-     * 0.82 us, vader 0.64 and 0.94: medians of 3 rounds on the H100 kind,
-     * ranks on cores 0 and 1; results/2026-11-23-heap/cells.txt),
+     * 1088-byte cells carry messages of up to 1056 bytes inline, so 256 B
+     * and 512 B no longer take a fragment (1 KiB cells: latency 0.88 ->
+     * 0.67 us and 1.03 -> 0.82 us, vader 0.64 and 0.94: medians of 3
+     * rounds on the H100 kind, ranks on cores 0 and 1;
+     * results/2026-11-23-heap/cells.txt), nor does a 1 KiB MPI message
+     * with ob1's 16-byte header (1.07 -> 0.90x vader against 1 KiB cells,
+     * results/2026-11-23-short-cell/ab-cell1088-h100.txt),
      * with 32 of them per fast box (a fast box stays within its 64 KiB
      * bank); 64 fragments of 64 KiB keep the two-copy
      * pipeline full (peak bandwidth 12.8 -> 18.4 GB/s); 4 MiB of the region
@@ -125,7 +128,7 @@ static int ivshmem_register(void)
     ivshm_ep_config_t d;
     ivshm_ep_config_init(&d);
     if (!getenv("IVSHM_CELL_SIZE"))
-        d.cell_size = 1024;
+        d.cell_size = 1088;
     if (!getenv("IVSHM_FBOX_CELLS"))
         d.fbox_cells = 32;
     if (!getenv("IVSHM_FRAG_COUNT"))

@@ -25,6 +25,16 @@ bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
     struct cell c;
     /* read once; a short cell's payload comes along in the same line */
     memcpy(&c, shared, CELL_HDR);
+    if (c.type == CELL_SHORT || c.type == CELL_INLINE) {
+        /* the payload's further lines are fetched while the header is
+         * checked and the handler matches it, not when it copies them
+         * (only hints: bounded by our cell, never faulting) */
+        uint64_t end = (uint64_t)c.len + (c.type == CELL_SHORT ? CELL_SHORT_HDR : CELL_HDR);
+        if (end > ep->g.cell_size)
+            end = ep->g.cell_size;
+        for (uint64_t off = 64; off < end; off += 64)
+            __builtin_prefetch((const char *)shared + off, 0, 3);
+    }
     struct peer *p;
     if (expect >= 0) {
         /* a fast box carries its one sender's life only */

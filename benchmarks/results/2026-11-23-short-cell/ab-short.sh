@@ -7,7 +7,8 @@
 # 1 B - 4 KiB, median of 11 repeats and their mean; single node, ranks
 # bound to cores (latency: cores 0,1; mlat: 0-13), ivshmem forced with
 # btl_ivshmem_same_vm; $ROUNDS (default 5) rounds interleaved. Run from the repository root
-# with oldsrc/ and the generated build systems present.
+# with oldsrc/ and the generated build systems present. NEW_MCA: extra
+# mpirun arguments for the new build only (e.g. another cell size).
 set -u
 . benchmarks/results/2026-11-23-short-cell/ab-build.sh
 mpicc -O2 "$top/benchmarks/ivshm_osu.c" -o /tmp/osu
@@ -18,8 +19,10 @@ for round in $(seq "${ROUNDS:-5}"); do
         np=2; [ $b = mlat ] && np=14
         for v in _old _new; do
             "$top/$v/libivshm/tools/ivshm" format file:/dev/shm/ivshm-ab$v --size 512M --force >/dev/null
+            extra=""; [ $v = _new ] && extra=${NEW_MCA:-}
+            # shellcheck disable=SC2086
             m $np --mca mca_base_component_path "$top/$v/mpi-plugin/.libs:$SYS" -x IVSHM_REGION=file:/dev/shm/ivshm-ab$v \
-                --mca btl self,ivshmem --mca btl_ivshmem_same_vm 1 /tmp/osu $b -m 4096 -r 11 |
+                --mca btl self,ivshmem --mca btl_ivshmem_same_vm 1 $extra /tmp/osu $b -m 4096 -r 11 |
                 awk -v t="$round $v $b" '/^[0-9]/ {print t, $0}'
             rm -f /dev/shm/ivshm-ab$v
         done
