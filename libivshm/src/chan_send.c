@@ -296,7 +296,9 @@ ivshm_status_t ivshm_ep_reserve(ivshm_ep_t *ep, uint32_t peer, size_t len,
     rsv->lend = f >= 0 ? ivshm__frag_lend(ep, f, peer) : 0;
     rsv->cell = c;
     rsv->peer = peer;
-    rsv->frag = f;
+    /* the form travels with the reservation: commit publishes what the
+     * caller wrote, whatever it would choose then */
+    rsv->frag = f >= 0 ? f : form == CELL_SHORT ? -2 : -1;
     rsv->len = (uint32_t)len;
     *buf = f >= 0 ? ep->pool + (uint64_t)f * ep->cfg.frag_size
                   : (char *)c + form_hdr(form);
@@ -350,10 +352,9 @@ ivshm_status_t ivshm_ep_commit(ivshm_ep_t *ep, const ivshm_rsv_t *rsv,
     }
     if (len > rsv->len)
         len = rsv->len;
-    /* the form reserve chose (the same peer record, the same length) */
-    uint16_t form = rsv->frag >= 0
-                        ? CELL_FRAG
-                        : piece_form(p->g.cell_size, rsv->len, 0, rsv->len);
+    uint16_t form = rsv->frag >= 0    ? CELL_FRAG
+                    : rsv->frag == -2 ? CELL_SHORT
+                                      : CELL_INLINE;
     ivshm__publish(ep, p, rsv->peer, c, pos, form, tag,
                    (uint32_t)len, 0, len,
                    rsv->frag >= 0 ? (uint32_t)rsv->frag : 0, rsv->lend);

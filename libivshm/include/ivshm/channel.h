@@ -128,7 +128,8 @@ typedef struct ivshm_rsv {
     void *cell;
     uint64_t pos;
     uint32_t peer;
-    int32_t frag; /* -1: payload inline in the cell */
+    int32_t frag; /* a fragment; negative: payload inline in the cell
+                   * (-1 after the full header, -2 short) */
     uint32_t len;
     uint64_t lend; /* the fragment's loan number */
 } ivshm_rsv_t;
