@@ -22,7 +22,8 @@
 #define CTL_MAGIC 0x334c5443484d5649ull /* "IVMHCTL3": this layout */
 /* earlier layouts, refused by name: "IVMHCTL1" (libivshm <= 0.3) and
  * "IVMHCTL2" (cells without the short form) */
-#define CTL_MAGIC_OLD(m) ((m) == 0x314c5443484d5649ull || (m) == 0x324c5443484d5649ull)
+#define CTL_MAGIC_OLD(m)                                                     \
+    ((m) == 0x314c5443484d5649ull || (m) == 0x324c5443484d5649ull)
 #define CTL_LAYOUT 3u
 #define DIR_ENTRY_SIZE 64u
 #define MAX_EPS_LIMIT 65535u

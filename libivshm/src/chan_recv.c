@@ -29,7 +29,8 @@ bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
         /* the payload's further lines are fetched while the header is
          * checked and the handler matches it, not when it copies them
          * (only hints: bounded by our cell, never faulting) */
-        uint64_t end = (uint64_t)c.len + (c.type == CELL_SHORT ? CELL_SHORT_HDR : CELL_HDR);
+        uint64_t end = (uint64_t)c.len +
+                       (c.type == CELL_SHORT ? CELL_SHORT_HDR : CELL_HDR);
         if (end > ep->g.cell_size)
             end = ep->g.cell_size;
         for (uint64_t off = 64; off < end; off += 64)

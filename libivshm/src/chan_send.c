@@ -173,7 +173,6 @@ static uint16_t piece_form(uint32_t cell_size, uint32_t len, uint64_t offset,
     return CELL_FRAG;
 }
 
-
 static ivshm_status_t send_piece(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
                                  uint32_t tag, const char *buf, uint32_t len,
                                  uint64_t offset, uint64_t total)
