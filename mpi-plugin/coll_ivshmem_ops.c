@@ -31,6 +31,7 @@
 #include "ompi/datatype/ompi_datatype.h"
 #include "ompi/op/op.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 
@@ -307,7 +308,9 @@ static int alltoall_direct(mca_coll_ivshmem_module_t *m, const void *sbuf,
 {
     *direct = false;
     uint64_t mine = UINT64_MAX, t;
-    if (sbuf != MPI_IN_PLACE) {
+    /* every offset is read once, into private memory, and used from there */
+    uint64_t *offs = malloc(m->n * sizeof(*offs));
+    if (offs && sbuf != MPI_IN_PLACE) { /* without offs: publish none */
         civ_buf_t in;
         civ_buf_init(&in, sbuf, (size_t)scount * m->n, sdt);
         if (in.contig && in.bytes == out->bytes)
@@ -318,42 +321,47 @@ static int alltoall_direct(mca_coll_ivshmem_module_t *m, const void *sbuf,
                             "coll ivshmem: rank %u: alltoall send buffer %p "
                             "is not contiguous region memory: no direct read",
                             m->me, sbuf);
-    CHECK(civ_step_begin(m, &t));
+    int rc = civ_step_begin(m, &t);
+    if (rc != OMPI_SUCCESS)
+        goto out;
     memcpy(civ_slot(&m->area, t, m->me), &mine, sizeof(mine));
     civ_post(m, t, CIV_ARRIVED);
-    CHECK(civ_wait_all(m, t, CIV_ARRIVED));
-    bool all = true;
+    if ((rc = civ_wait_all(m, t, CIV_ARRIVED)) != OMPI_SUCCESS)
+        goto out;
+    bool all = offs != NULL;
     for (uint32_t j = 0; j < m->n && all; j++) {
-        uint64_t off;
-        memcpy(&off, civ_slot(&m->area, t, j), sizeof(off)); /* untrusted */
-        all = off != UINT64_MAX;
+        memcpy(&offs[j], civ_slot(&m->area, t, j), sizeof(offs[j]));
+        all = offs[j] != UINT64_MAX;
     }
-    int rc = all ? civ_buf_stage(out, false) : OMPI_SUCCESS;
+    if (all)
+        rc = civ_buf_stage(out, false);
     /* rank i reads rank i+k's buffer in round k: each buffer has one
      * reader at a time, not all of them at once */
     for (uint32_t k = 0; k < m->n && all && rc == OMPI_SUCCESS; k++) {
         uint32_t j = (m->me + k) % m->n;
-        uint64_t off;
         void *peer;
-        memcpy(&off, civ_slot(&m->area, t, j), sizeof(off));
-        if (m->btl->coll_map(&m->ids[j], off, out->bytes, &peer) != IVSHM_OK) {
+        if (m->btl->coll_map(&m->ids[j], offs[j], out->bytes, &peer) !=
+            IVSHM_OK) {
             opal_output(0, "coll ivshmem: rank %u published an alltoall "
                            "buffer [%llu, +%zu) that is not its region memory",
-                        j, (unsigned long long)off, out->bytes);
+                        j, (unsigned long long)offs[j], out->bytes);
             rc = OMPI_ERR_BAD_PARAM;
             break;
         }
         memcpy(out->base + j * blk, (const char *)peer + m->me * blk, blk);
     }
     civ_post(m, t, CIV_DONE); /* reads nothing more */
-    if (!all)
-        return OMPI_SUCCESS;
-    /* our buffer is the user's again once every peer has read its block */
-    if (rc == OMPI_SUCCESS)
-        rc = civ_wait_all(m, t, CIV_DONE);
-    civ_buf_unstage(out, rc == OMPI_SUCCESS);
-    *direct = true;
-    m->alltoall_direct++;
+    if (all) {
+        /* our buffer is the user's again once every peer has read its
+         * block */
+        if (rc == OMPI_SUCCESS)
+            rc = civ_wait_all(m, t, CIV_DONE);
+        civ_buf_unstage(out, rc == OMPI_SUCCESS);
+        *direct = true;
+        m->alltoall_direct++;
+    }
+out:
+    free(offs);
     return rc;
 }
 

@@ -157,6 +157,22 @@ static void test_domain_valid(void **state)
     ivshm_ep_destroy(b);
 }
 
+/* A receiver at index 0 (configuration rcfg, handler h) and a sender at
+ * index 1 (tcfg) connected to it; returns the sender's peer index. */
+static uint32_t make_pair(const ivshm_ep_config_t *rcfg, ivshm_msg_handler_t h,
+                          void *arg, const ivshm_ep_config_t *tcfg,
+                          ivshm_ep_t **rx, ivshm_ep_t **tx)
+{
+    assert_int_equal(ivshm_ep_create(dom, 0, rcfg, h, arg, rx), IVSHM_OK);
+    assert_int_equal(ivshm_ep_create(dom, 1, tcfg, NULL, NULL, tx), IVSHM_OK);
+    uint8_t addr[IVSHM_EP_ADDR_SIZE];
+    uint32_t peer;
+    ivshm_ep_address(*rx, addr);
+    assert_int_equal(ivshm_ep_connect(*tx, addr, sizeof(addr), &peer),
+                     IVSHM_OK);
+    return peer;
+}
+
 /* Zero-copy reserve/commit and single-copy region sends. */
 struct collect {
     char buf[70000];
@@ -177,13 +193,7 @@ static void test_reserve_and_region(void **state)
     (void)state;
     struct collect col = {0};
     ivshm_ep_t *a, *b;
-    assert_int_equal(ivshm_ep_create(dom, 0, NULL, collect_handler, &col, &a),
-                     IVSHM_OK);
-    assert_int_equal(ivshm_ep_create(dom, 1, NULL, NULL, NULL, &b), IVSHM_OK);
-    uint8_t addr[IVSHM_EP_ADDR_SIZE];
-    uint32_t peer;
-    ivshm_ep_address(a, addr);
-    assert_int_equal(ivshm_ep_connect(b, addr, sizeof(addr), &peer), IVSHM_OK);
+    uint32_t peer = make_pair(NULL, collect_handler, &col, NULL, &a, &b);
     void *buf;
     ivshm_rsv_t rsv;
     /* a cancelled reservation is skipped; order is kept around it */
@@ -253,13 +263,7 @@ static void test_reserve_frag(void **state)
     cfg.fifo_cells = 8;
     cfg.fbox_cells = 0;
     cfg.frag_count = 4;
-    assert_int_equal(ivshm_ep_create(dom, 0, &cfg, collect_handler, &col, &a),
-                     IVSHM_OK);
-    assert_int_equal(ivshm_ep_create(dom, 1, &cfg, NULL, NULL, &b), IVSHM_OK);
-    uint8_t addr[IVSHM_EP_ADDR_SIZE];
-    uint32_t peer;
-    ivshm_ep_address(a, addr);
-    assert_int_equal(ivshm_ep_connect(b, addr, sizeof(addr), &peer), IVSHM_OK);
+    uint32_t peer = make_pair(&cfg, collect_handler, &col, &cfg, &a, &b);
     void *buf, *buf2;
     ivshm_rsv_t rsv, rsv2;
     assert_int_equal(ivshm_ep_reserve_frag(b, peer, 10, &buf, &rsv), IVSHM_ERR_NOTSUP);
@@ -356,14 +360,7 @@ static void test_cell_forms(void **state)
         static struct forms got;
         memset(&got, 0, sizeof(got));
         ivshm_ep_t *a, *b;
-        assert_int_equal(ivshm_ep_create(dom, 0, &rc, forms_handler, &got, &a),
-                         IVSHM_OK);
-        assert_int_equal(ivshm_ep_create(dom, 1, &tc, NULL, NULL, &b), IVSHM_OK);
-        uint8_t addr[IVSHM_EP_ADDR_SIZE];
-        uint32_t peer;
-        ivshm_ep_address(a, addr);
-        assert_int_equal(ivshm_ep_connect(b, addr, sizeof(addr), &peer),
-                         IVSHM_OK);
+        uint32_t peer = make_pair(&rc, forms_handler, &got, &tc, &a, &b);
         const struct {
             uint32_t len;
             uint16_t form;
@@ -495,14 +492,8 @@ static void test_wakeup_races(void **state)
     ivshm_ep_config_init(&cfg);
     cfg.fbox_cells = 0; /* FIFO only: both paths are tested elsewhere */
     ivshm_ep_t *rx, *tx;
-    assert_int_equal(ivshm_ep_create(dom, 0, &cfg, count_handler, &got, &rx),
-                     IVSHM_OK);
-    assert_int_equal(ivshm_ep_create(dom, 1, &cfg, NULL, NULL, &tx), IVSHM_OK);
-    uint8_t addr[IVSHM_EP_ADDR_SIZE];
-    struct waker w = {.tx = tx, .rounds = rounds};
-    ivshm_ep_address(rx, addr);
-    assert_int_equal(ivshm_ep_connect(tx, addr, sizeof(addr), &w.peer),
-                     IVSHM_OK);
+    uint32_t peer = make_pair(&cfg, count_handler, &got, &cfg, &rx, &tx);
+    struct waker w = {.tx = tx, .rounds = rounds, .peer = peer};
     pthread_t th;
     pthread_create(&th, NULL, waker_main, &w);
     long timeouts = 0;
