@@ -54,6 +54,7 @@ typedef struct mca_coll_ivshmem_component_t {
     unsigned reduce_root_max; /* reduces up to this size: the root folds */
     unsigned long max_bytes;  /* larger collectives go to the fallback */
     unsigned alltoall_max;    /* larger alltoall blocks: the fallback */
+    unsigned allgather_direct_min; /* blocks read from peers' buffers */
     unsigned max_ranks;       /* largest region group it serves */
     int hierarchy;            /* also communicators that span regions */
     int stats;
@@ -144,7 +145,7 @@ typedef struct mca_coll_ivshmem_module_t {
     uint64_t count[CIV_NKINDS];    /* collectives run through the region */
     uint64_t fallback[CIV_NKINDS]; /* handed to the modules below */
     uint64_t steps, scans;         /* steps; full scans of the counters */
-    uint64_t alltoall_direct;      /* alltoalls read from peers' buffers */
+    uint64_t direct[CIV_NKINDS];   /* read straight from peers' buffers */
 } mca_coll_ivshmem_module_t;
 OBJ_CLASS_DECLARATION(mca_coll_ivshmem_module_t);
 

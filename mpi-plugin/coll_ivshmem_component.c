@@ -101,6 +101,13 @@ static int civ_register(void)
         "heap, MPI_Alloc_mem), otherwise they go to the modules below "
         "(docs/collectives.md); 0: no limit",
         MCA_BASE_VAR_TYPE_UNSIGNED_INT, &cc->alltoall_max);
+    cc->allgather_direct_min = 8192;
+    reg("allgather_direct_min",
+        "Allgathers with at least this many bytes a rank are read in place "
+        "from the peers' send buffers where all of them are region memory "
+        "(region heap, MPI_Alloc_mem), otherwise through the slots; 0: "
+        "never",
+        MCA_BASE_VAR_TYPE_UNSIGNED_INT, &cc->allgather_direct_min);
     cc->max_ranks = 256;
     reg("max_ranks", "Largest number of ranks in one region it serves",
         MCA_BASE_VAR_TYPE_UNSIGNED_INT, &cc->max_ranks);
@@ -250,12 +257,13 @@ static void print_stats(mca_coll_ivshmem_module_t *m)
                         (unsigned long long)m->fallback[k]);
     opal_output(0,
                 "coll ivshmem stats: %s rank %u of %u (%s): region/fallback"
-                "%s; steps %llu, counter scans %llu, alltoall read in "
-                "place %llu",
+                "%s; steps %llu, counter scans %llu, read in place: "
+                "allgather %llu, alltoall %llu",
                 m->comm ? m->comm->c_name : "?", m->me, m->n,
                 m->mode == CIV_FLAT ? "one region" : "two levels", line,
                 (unsigned long long)m->steps, (unsigned long long)m->scans,
-                (unsigned long long)m->alltoall_direct);
+                (unsigned long long)m->direct[CIV_ALLGATHER],
+                (unsigned long long)m->direct[CIV_ALLTOALL]);
 }
 
 static void module_destruct(mca_coll_ivshmem_module_t *m)

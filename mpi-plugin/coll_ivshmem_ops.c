@@ -14,6 +14,9 @@
  *              last rank to the first (a_i op acc), so non-commutative
  *              operations keep rank order;
  *   allgather  every rank places its block in its slot, then reads all;
+ *              from allgather_direct_min bytes a rank, where every rank's
+ *              block is region memory, each reads the blocks straight
+ *              from the peers' buffers instead (direct reads, below);
  *   alltoall   every rank places the blocks for all in its slot, then
  *              reads its own block from every slot (up to alltoall_max
  *              bytes a pair); larger ones are read straight from the
@@ -254,6 +257,149 @@ int civ_allreduce(const void *sbuf, void *rbuf, int count,
     return reduce_steps(m, &rd, -1);
 }
 
+/* Direct reads: where every rank's source is region memory (the region
+ * heap, MPI_Alloc_mem), ranks read their data straight from the peers'
+ * buffers (one copy, no slots) instead of through the slots (two). Each
+ * rank publishes its source's region offset in one step (UINT64_MAX: not
+ * region memory, not contiguous, or no source) and reads every rank's
+ * offset once into private memory; all of them valid, every rank reads
+ * directly, otherwise every rank, having read the same offsets, takes the
+ * other path. An offset is untrusted: it is read only where coll_map finds
+ * the range in memory of the publisher's live lease, and a bad one ends
+ * the collective with an error. A rank's source is the user's again once
+ * every rank has posted that it is done reading. */
+typedef struct civ_direct {
+    uint64_t *offs; /* by rank: its source's region offset */
+    uint64_t step; /* the publishing step; 0 until published */
+    bool all;      /* every rank published one: read directly */
+} civ_direct_t;
+
+static int direct_begin(mca_coll_ivshmem_module_t *m, const void *src,
+                        size_t bytes, const char *what, civ_direct_t *d)
+{
+    uint64_t mine = UINT64_MAX;
+    d->all = false;
+    d->offs = malloc(m->n * sizeof(*d->offs)); /* without: publish none */
+    if (d->offs && src)
+        mine = m->btl->coll_offset(src, bytes);
+    if (mine == UINT64_MAX)
+        opal_output_verbose(2, mca_coll_ivshmem_component.output,
+                            "coll ivshmem: rank %u: %s source %p is not "
+                            "contiguous region memory: no direct read",
+                            m->me, what, src);
+    uint64_t t;
+    int rc = civ_step_begin(m, &t);
+    if (rc != OMPI_SUCCESS)
+        return rc;
+    memcpy(civ_slot(&m->area, t, m->me), &mine, sizeof(mine));
+    civ_post(m, t, CIV_ARRIVED);
+    d->step = t; /* posted: direct_end posts DONE */
+    if ((rc = civ_wait_all(m, t, CIV_ARRIVED)) != OMPI_SUCCESS)
+        return rc;
+    d->all = d->offs != NULL;
+    for (uint32_t j = 0; j < m->n && d->all; j++) {
+        memcpy(&d->offs[j], civ_slot(&m->area, d->step, j), sizeof(d->offs[j]));
+        d->all = d->offs[j] != UINT64_MAX;
+    }
+    return OMPI_SUCCESS;
+}
+
+/* copies len bytes at `at` of rank j's published source of `span` bytes */
+static int direct_read(mca_coll_ivshmem_module_t *m, const civ_direct_t *d,
+                       uint32_t j, size_t span, size_t at, void *dst,
+                       size_t len)
+{
+    void *peer;
+    if (m->btl->coll_map(&m->ids[j], d->offs[j], span, &peer) != IVSHM_OK) {
+        opal_output(0, "coll ivshmem: rank %u published a buffer [%llu, "
+                       "+%zu) that is not its region memory",
+                    j, (unsigned long long)d->offs[j], span);
+        return OMPI_ERR_BAD_PARAM;
+    }
+    memcpy(dst, (const char *)peer + at, len);
+    return OMPI_SUCCESS;
+}
+
+/* done reading (rc: how the reads went); with direct reads, waits until
+ * every rank is done with this rank's source */
+static int direct_end(mca_coll_ivshmem_module_t *m, civ_direct_t *d, int rc)
+{
+    if (d->step)
+        civ_post(m, d->step, CIV_DONE); /* reads nothing more */
+    if (d->all && rc == OMPI_SUCCESS)
+        rc = civ_wait_all(m, d->step, CIV_DONE);
+    free(d->offs);
+    return rc;
+}
+
+/* Alltoall above alltoall_max: each rank's source is its whole send
+ * buffer; rank i reads rank i+k's buffer in round k, so each buffer has
+ * one reader at a time, not all of them at once. */
+static int alltoall_direct(mca_coll_ivshmem_module_t *m, const void *sbuf,
+                           int scount, ompi_datatype_t *sdt, civ_buf_t *out,
+                           size_t blk, bool *direct)
+{
+    civ_direct_t d = {NULL, 0, false};
+    const void *src = NULL;
+    if (sbuf != MPI_IN_PLACE) {
+        civ_buf_t in;
+        civ_buf_init(&in, sbuf, (size_t)scount * m->n, sdt);
+        if (in.contig && in.bytes == out->bytes)
+            src = in.base;
+    }
+    int rc = direct_begin(m, src, out->bytes, "alltoall send buffer", &d);
+    if (rc == OMPI_SUCCESS && d.all)
+        rc = civ_buf_stage(out, false);
+    for (uint32_t k = 0; k < m->n && d.all && rc == OMPI_SUCCESS; k++) {
+        uint32_t j = (m->me + k) % m->n;
+        rc = direct_read(m, &d, j, out->bytes, m->me * blk,
+                         out->base + j * blk, blk);
+    }
+    *direct = d.all;
+    rc = direct_end(m, &d, rc);
+    if (*direct) {
+        civ_buf_unstage(out, rc == OMPI_SUCCESS);
+        m->direct[CIV_ALLTOALL]++;
+    }
+    return rc;
+}
+
+/* Allgather from allgather_direct_min bytes a rank: each rank's source is
+ * its send buffer (in place: its own block of the output); rank i reads
+ * rank i+k's block in round k. */
+static int allgather_direct(mca_coll_ivshmem_module_t *m, const void *sbuf,
+                            int scount, ompi_datatype_t *sdt, civ_buf_t *out,
+                            size_t blk, bool *direct)
+{
+    civ_direct_t d = {NULL, 0, false};
+    bool in_place = sbuf == MPI_IN_PLACE;
+    const void *src = NULL;
+    if (in_place) {
+        if (out->contig)
+            src = out->base + m->me * blk;
+    } else {
+        civ_buf_t in;
+        civ_buf_init(&in, sbuf, (size_t)scount, sdt);
+        if (in.contig && in.bytes == blk)
+            src = in.base;
+    }
+    int rc = direct_begin(m, src, blk, "allgather block", &d);
+    if (rc == OMPI_SUCCESS && d.all)
+        rc = civ_buf_stage(out, false); /* in place: contiguous, no stage */
+    for (uint32_t k = 0; k < m->n && d.all && rc == OMPI_SUCCESS; k++) {
+        uint32_t j = (m->me + k) % m->n;
+        if (j != m->me || !in_place)
+            rc = direct_read(m, &d, j, blk, 0, out->base + j * blk, blk);
+    }
+    *direct = d.all;
+    rc = direct_end(m, &d, rc);
+    if (*direct) {
+        civ_buf_unstage(out, rc == OMPI_SUCCESS);
+        m->direct[CIV_ALLGATHER]++;
+    }
+    return rc;
+}
+
 int civ_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
                   void *rbuf, int rcount, ompi_datatype_t *rdt,
                   ompi_communicator_t *comm, mca_coll_base_module_t *module)
@@ -270,6 +416,13 @@ int civ_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
         return m->prev.allgather(sbuf, scount, sdt, rbuf, rcount, rdt, comm,
                                  m->prev.allgather_module);
     CHECK(rc);
+    unsigned dmin = mca_coll_ivshmem_component.allgather_direct_min;
+    if (dmin && blk >= dmin) {
+        bool direct;
+        CHECK(allgather_direct(m, sbuf, scount, sdt, &out, blk, &direct));
+        if (direct)
+            return OMPI_SUCCESS;
+    }
     /* in place, my block is already in the output */
     CHECK(civ_buf_stage_io(&in, sbuf, (size_t)scount, sdt, &out, in_place));
     const char *mine = in_place ? out.base + m->me * blk : in.base;
@@ -290,78 +443,6 @@ int civ_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
         civ_post(m, t, CIV_DONE);
     }
     civ_buf_unstage_io(&in, &out, in_place, rc == OMPI_SUCCESS);
-    return rc;
-}
-
-/* Alltoall above alltoall_max with every rank's send buffer in the region
- * (region heap, MPI_Alloc_mem): each rank publishes its buffer's offset in
- * one step, reads its block straight from every peer's buffer (one copy,
- * no slots) and leaves once every rank is done reading its own buffer. An
- * offset is untrusted: it is read only where it lies in memory of the
- * publisher's live lease, and a bad one ends the collective with an error.
- * A rank whose buffer is not region memory (or not contiguous, or in
- * place) publishes none, and every rank, having read the same offsets,
- * falls back (*direct false). */
-static int alltoall_direct(mca_coll_ivshmem_module_t *m, const void *sbuf,
-                           int scount, ompi_datatype_t *sdt, civ_buf_t *out,
-                           size_t blk, bool *direct)
-{
-    *direct = false;
-    uint64_t mine = UINT64_MAX, t;
-    /* every offset is read once, into private memory, and used from there */
-    uint64_t *offs = malloc(m->n * sizeof(*offs));
-    if (offs && sbuf != MPI_IN_PLACE) { /* without offs: publish none */
-        civ_buf_t in;
-        civ_buf_init(&in, sbuf, (size_t)scount * m->n, sdt);
-        if (in.contig && in.bytes == out->bytes)
-            mine = m->btl->coll_offset(in.base, in.bytes);
-    }
-    if (mine == UINT64_MAX)
-        opal_output_verbose(2, mca_coll_ivshmem_component.output,
-                            "coll ivshmem: rank %u: alltoall send buffer %p "
-                            "is not contiguous region memory: no direct read",
-                            m->me, sbuf);
-    int rc = civ_step_begin(m, &t);
-    if (rc != OMPI_SUCCESS)
-        goto out;
-    memcpy(civ_slot(&m->area, t, m->me), &mine, sizeof(mine));
-    civ_post(m, t, CIV_ARRIVED);
-    if ((rc = civ_wait_all(m, t, CIV_ARRIVED)) != OMPI_SUCCESS)
-        goto out;
-    bool all = offs != NULL;
-    for (uint32_t j = 0; j < m->n && all; j++) {
-        memcpy(&offs[j], civ_slot(&m->area, t, j), sizeof(offs[j]));
-        all = offs[j] != UINT64_MAX;
-    }
-    if (all)
-        rc = civ_buf_stage(out, false);
-    /* rank i reads rank i+k's buffer in round k: each buffer has one
-     * reader at a time, not all of them at once */
-    for (uint32_t k = 0; k < m->n && all && rc == OMPI_SUCCESS; k++) {
-        uint32_t j = (m->me + k) % m->n;
-        void *peer;
-        if (m->btl->coll_map(&m->ids[j], offs[j], out->bytes, &peer) !=
-            IVSHM_OK) {
-            opal_output(0, "coll ivshmem: rank %u published an alltoall "
-                           "buffer [%llu, +%zu) that is not its region memory",
-                        j, (unsigned long long)offs[j], out->bytes);
-            rc = OMPI_ERR_BAD_PARAM;
-            break;
-        }
-        memcpy(out->base + j * blk, (const char *)peer + m->me * blk, blk);
-    }
-    civ_post(m, t, CIV_DONE); /* reads nothing more */
-    if (all) {
-        /* our buffer is the user's again once every peer has read its
-         * block */
-        if (rc == OMPI_SUCCESS)
-            rc = civ_wait_all(m, t, CIV_DONE);
-        civ_buf_unstage(out, rc == OMPI_SUCCESS);
-        *direct = true;
-        m->alltoall_direct++;
-    }
-out:
-    free(offs);
     return rc;
 }
 

@@ -65,17 +65,18 @@ else
 fi
 
 # ---- 2. the reference: coll ivshmem off
-# with the region heap (docs/heap.md) the large alltoalls' malloc'd send
-# buffers are region memory: every rank reads its blocks from the peers'
-# buffers in place (the in-place ones fall back: no send buffer)
+# with the region heap (docs/heap.md) the large allgathers' and alltoalls'
+# malloc'd buffers are region memory: every rank reads its blocks from the
+# peers' buffers in place (in-place alltoalls fall back: no send buffer;
+# in-place allgathers read the peers' blocks of their outputs)
 heap="$top_builddir/libivshm/.libs/libivshm-heap.so"
 if [ -f "$heap" ]; then
     run heap 10.200.0.1:2,10.200.0.2:2 4 -x LD_PRELOAD="$heap" "$work/mpi_coll" quick
-    nd=$(sed -n 's/.*coll ivshmem stats: MPI_COMM_WORLD rank .*alltoall read in place \([0-9]*\).*/\1/p' "$work/heap.out" | awk '$1 > 0' | wc -l)
+    nd=$(sed -n 's/.*coll ivshmem stats: MPI_COMM_WORLD rank .*read in place: allgather \([0-9]*\), alltoall \([0-9]*\).*/\1 \2/p' "$work/heap.out" | awk '$1 > 0 && $2 > 0' | wc -l)
     if passed "$work/heap.out" 4 && [ "$nd" = 4 ]; then
-        ok "region heap: every check passes; all 4 ranks read large alltoalls from the peers' buffers in place"
+        ok "region heap: every check passes; all 4 ranks read large allgathers and alltoalls from the peers' buffers in place"
     else
-        bad "region heap (rc $rc, $nd ranks read in place)"; grep -E "FAILED|rror|read in place" "$work/heap.out" | head; tail -5 "$work/heap.out"
+        bad "region heap (rc $rc, $nd ranks read both in place)"; grep -E "FAILED|rror|read in place" "$work/heap.out" | head; tail -5 "$work/heap.out"
     fi
 fi
 
