@@ -146,6 +146,11 @@ typedef struct mca_coll_ivshmem_module_t {
     uint64_t fallback[CIV_NKINDS]; /* handed to the modules below */
     uint64_t steps, scans;         /* steps; full scans of the counters */
     uint64_t direct[CIV_NKINDS];   /* read straight from peers' buffers */
+    /* direct reads that found a rank without region memory: the next
+     * `direct_skip` calls skip the offset exchange, doubling up to
+     * CIV_DIRECT_BACKOFF_MAX after each miss (the same on every rank: all
+     * read the same offsets) */
+    uint32_t direct_skip[CIV_NKINDS], direct_backoff[CIV_NKINDS];
 } mca_coll_ivshmem_module_t;
 OBJ_CLASS_DECLARATION(mca_coll_ivshmem_module_t);
 

@@ -332,6 +332,26 @@ static int direct_end(mca_coll_ivshmem_module_t *m, civ_direct_t *d, int rc)
     return rc;
 }
 
+#define CIV_DIRECT_BACKOFF_MAX 64u
+
+/* Whether this call tries direct reads: after a miss, jobs whose buffers
+ * are not region memory (no heap) pay the exchange step once in up to
+ * CIV_DIRECT_BACKOFF_MAX calls, not at every call. */
+static bool direct_try(mca_coll_ivshmem_module_t *m, int kind)
+{
+    if (m->direct_skip[kind] == 0)
+        return true;
+    m->direct_skip[kind]--;
+    return false;
+}
+
+static void direct_outcome(mca_coll_ivshmem_module_t *m, int kind, bool hit)
+{
+    uint32_t *b = &m->direct_backoff[kind];
+    *b = hit ? 0 : *b ? (*b < CIV_DIRECT_BACKOFF_MAX ? 2 * *b : *b) : 1;
+    m->direct_skip[kind] = *b;
+}
+
 /* Alltoall above alltoall_max: each rank's source is its whole send
  * buffer; rank i reads rank i+k's buffer in round k, so each buffer has
  * one reader at a time, not all of them at once. */
@@ -357,6 +377,7 @@ static int alltoall_direct(mca_coll_ivshmem_module_t *m, const void *sbuf,
     }
     *direct = d.all;
     rc = direct_end(m, &d, rc);
+    direct_outcome(m, CIV_ALLTOALL, d.all);
     if (*direct) {
         civ_buf_unstage(out, rc == OMPI_SUCCESS);
         m->direct[CIV_ALLTOALL]++;
@@ -393,6 +414,7 @@ static int allgather_direct(mca_coll_ivshmem_module_t *m, const void *sbuf,
     }
     *direct = d.all;
     rc = direct_end(m, &d, rc);
+    direct_outcome(m, CIV_ALLGATHER, d.all);
     if (*direct) {
         civ_buf_unstage(out, rc == OMPI_SUCCESS);
         m->direct[CIV_ALLGATHER]++;
@@ -417,7 +439,7 @@ int civ_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
                                  m->prev.allgather_module);
     CHECK(rc);
     unsigned dmin = mca_coll_ivshmem_component.allgather_direct_min;
-    if (dmin && blk >= dmin) {
+    if (dmin && blk >= dmin && direct_try(m, CIV_ALLGATHER)) {
         bool direct;
         CHECK(allgather_direct(m, sbuf, scount, sdt, &out, blk, &direct));
         if (direct)
@@ -464,8 +486,9 @@ int civ_alltoall(const void *sbuf, int scount, ompi_datatype_t *sdt,
                                 m->prev.alltoall_module);
     CHECK(rc);
     if (limit && blk > limit) {
-        bool direct;
-        CHECK(alltoall_direct(m, sbuf, scount, sdt, &out, blk, &direct));
+        bool direct = false;
+        if (direct_try(m, CIV_ALLTOALL))
+            CHECK(alltoall_direct(m, sbuf, scount, sdt, &out, blk, &direct));
         if (direct)
             return OMPI_SUCCESS;
         m->count[CIV_ALLTOALL]--; /* not through the region after all */

@@ -28,11 +28,20 @@ run() { # LABEL BTL BIND... -- OSU ARGS
     awk -v l="$label" -v r=$round '/^[0-9]/ {print l, "r" r, $1, $2, $3}' /tmp/run.out
     grep -q "^[0-9]" /tmp/run.out || { echo "FAILED: $label"; tail -5 /tmp/run.out; }
 }
-for round in 1 2 3 4 5; do
-  for t in ivshmem vader; do
-    btl=self,$t
-    run "lat-single $t" $btl --bind-to core --map-by core /tmp/osu latency -m 4096 -r 7
-    run "lat-multiple $t" $btl --bind-to core --map-by core /tmp/osu latency -T -m 4096 -r 7
-    run "mtrate4 $t" $btl --bind-to core --map-by slot:PE=4 /tmp/osu mtrate -t 4 -m 65536 -r 5
+# ROUNDS (5), SETUPS ("ivshmem vader"; ivshmem-heap: ivshmem with the
+# region heap preloaded, docs/heap.md), BENCHES ("lat-single lat-multiple
+# mtrate4")
+HEAP=$top/_new/libivshm/.libs/libivshm-heap.so
+for round in $(seq 1 "${ROUNDS:-5}"); do
+  for t in ${SETUPS:-ivshmem vader}; do
+    btl=self,${t%-heap} pre=""
+    [ "$t" = ivshmem-heap ] && pre="-x LD_PRELOAD=$HEAP"
+    for b in ${BENCHES:-lat-single lat-multiple mtrate4}; do
+      case $b in
+      lat-single) run "$b $t" $btl $pre --bind-to core --map-by core /tmp/osu latency -m 4096 -r 7 ;;
+      lat-multiple) run "$b $t" $btl $pre --bind-to core --map-by core /tmp/osu latency -T -m 4096 -r 7 ;;
+      mtrate4) run "$b $t" $btl $pre --bind-to core --map-by slot:PE=4 /tmp/osu mtrate -t 4 -m 65536 -r 5 ;;
+      esac
+    done
   done
 done
