@@ -23,6 +23,12 @@
 # one OS, pinned to two cores; ivshmem is forced with btl_ivshmem_same_vm,
 # tcp goes over loopback. Same four set-ups, same ratios.
 #
+# Pinning: the same CPUs in every set-up. Between simulated VMs Open MPI
+# sees separate nodes and cannot bind alike, so a wrapper does: one pair on
+# CPUs 2 and 4 (as issue #12 measured), N pairs with rank r on CPU r + 1;
+# on machines with fewer CPUs nothing is pinned. --single-node binds rank r
+# to core r (--bind-to core).
+#
 # Benchmarks come from ivshm-osu (this tree) or, with --osu DIR, from a
 # user's OSU Micro-Benchmarks install (osu_latency, osu_bw, ...).
 set -eu
@@ -43,6 +49,16 @@ while [ $# -gt 0 ]; do
     shift
 done
 work=$(mktemp -d)
+cat >"$work/pin" <<'EOF'
+#!/bin/sh
+r=$OMPI_COMM_WORLD_RANK
+if [ "$OMPI_COMM_WORLD_SIZE" = 2 ]; then c=$((2 + 2 * r)); else c=$((r + 1)); fi
+[ "$c" -lt "$(nproc)" ] || exec "$@"
+exec taskset -c "$c" "$@"
+EOF
+chmod +x "$work/pin"
+pin=""
+[ $single = 0 ] && pin=$work/pin
 if [ -z "$osu" ]; then
     mpicc -O2 "$here/ivshm_osu.c" -o "$work/ivshm-osu"
 fi
@@ -86,9 +102,9 @@ run() { # setup bench -> $work/setup.bench (lines "size value")
     if [ -n "$osu" ]; then
         p=$(find "$osu" -name "$(osu_prog "$bench")" -type f | head -1)
         [ -n "$p" ] || { echo "compare.sh: $(osu_prog "$bench") not under $osu" >&2; return 0; }
-        set -- "$@" "$p" -m "$MAXB"
+        set -- "$@" $pin "$p" -m "$MAXB"
     else
-        set -- "$@" "$work/ivshm-osu" "$bench" -m "$MAXB" -r "$REPS"
+        set -- "$@" $pin "$work/ivshm-osu" "$bench" -m "$MAXB" -r "$REPS"
         [ "$setup" = ivshmem-am ] && set -- "$@" -a
     fi
     # "bytes median mean" (the OSU suite prints averages only: both)
@@ -98,6 +114,10 @@ run() { # setup bench -> $work/setup.bench (lines "size value")
 }
 
 summary=""
+echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1); $(ompi_info 2>/dev/null | sed -n 's/^ *Open MPI: */Open MPI /p' | head -1)"
+if [ $single = 1 ]; then echo "# one OS, rank r bound to core r"
+elif [ "$(nproc)" -gt 4 ]; then echo "# pinning: one pair on CPUs 2 and 4, N pairs rank r on CPU r + 1 (where the machine has them), every set-up alike"
+else echo "# not pinned (fewer than 5 CPUs)"; fi
 for bench in $benches; do
     case $bench in
     latency|mlat|put|get) MAXB=$([ $quick = 1 ] && echo 65536 || echo 4194304); unit=us ;;

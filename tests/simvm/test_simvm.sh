@@ -131,7 +131,10 @@ int main(int argc, char **argv)
             MPI_Recv(&x, 1, MPI_INT, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             MPI_Send(&x, 1, MPI_INT, 0, 0, MPI_COMM_WORLD);
         }
-        x++;
+        if (++x == 1000 && rank == 0) {
+            printf("pingpong: running\n"); /* the test pauses a rank now */
+            fflush(stdout);
+        }
     }
     printf("pingpong: %d round trips, not stopped\n", x);
     MPI_Finalize();
@@ -146,12 +149,15 @@ SIMVM_TIMEOUT=60 simvm_mpirun 10.200.0.1:1,10.200.0.2:1 2 --mca btl self,vader,i
     --mca mpi_yield_when_idle 1 "$work/pingpong" >"$work/pause.out" 2>&1 &
 job=$!
 pid=""
-for _ in $(seq 100); do
-    pid=$(pgrep -f "^$work/pingpong" | tail -1)
-    [ -n "$pid" ] && break
+# pause only once messages flow (both ranks hold their leases): on a
+# loaded machine MPI_Init can take seconds, and a rank paused before it
+# attaches has no lease to lose
+for _ in $(seq 300); do
+    grep -q "pingpong: running" "$work/pause.out" 2>/dev/null &&
+        pid=$(pgrep -f "^$work/pingpong" | tail -1) && [ -n "$pid" ] && break
+    pid=""
     sleep 0.1
 done
-sleep 2
 t0=$(date +%s)
 [ -n "$pid" ] && kill -STOP "$pid" && sleep 3 && kill -CONT "$pid"
 wait "$job"
