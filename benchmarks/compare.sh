@@ -26,8 +26,8 @@
 # Pinning: the same CPUs in every set-up. Between simulated VMs Open MPI
 # sees separate nodes and cannot bind alike, so a wrapper does: one pair on
 # CPUs 2 and 4 (as issue #12 measured), N pairs with rank r on CPU r + 1;
-# on machines with fewer CPUs nothing is pinned. --single-node binds rank r
-# to core r (--bind-to core).
+# a job needing more CPUs than the machine has is not pinned at all.
+# --single-node binds rank r to core r (--bind-to core).
 #
 # Benchmarks come from ivshm-osu (this tree) or, with --osu DIR, from a
 # user's OSU Micro-Benchmarks install (osu_latency, osu_bw, ...).
@@ -51,9 +51,10 @@ done
 work=$(mktemp -d)
 cat >"$work/pin" <<'EOF'
 #!/bin/sh
-r=$OMPI_COMM_WORLD_RANK
-if [ "$OMPI_COMM_WORLD_SIZE" = 2 ]; then c=$((2 + 2 * r)); else c=$((r + 1)); fi
-[ "$c" -lt "$(nproc)" ] || exec "$@"
+# every rank of the job or none: the highest CPU it needs must exist
+r=$OMPI_COMM_WORLD_RANK n=$OMPI_COMM_WORLD_SIZE
+if [ "$n" = 2 ]; then c=$((2 + 2 * r)) top=4; else c=$((r + 1)) top=$n; fi
+[ "$top" -lt "$(nproc)" ] || exec "$@"
 exec taskset -c "$c" "$@"
 EOF
 chmod +x "$work/pin"
@@ -116,7 +117,7 @@ run() { # setup bench -> $work/setup.bench (lines "size value")
 summary=""
 echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1); $(ompi_info 2>/dev/null | sed -n 's/^ *Open MPI: */Open MPI /p' | head -1)"
 if [ $single = 1 ]; then echo "# one OS, rank r bound to core r"
-elif [ "$(nproc)" -gt 4 ]; then echo "# pinning: one pair on CPUs 2 and 4, N pairs rank r on CPU r + 1 (where the machine has them), every set-up alike"
+elif [ "$(nproc)" -gt 4 ]; then echo "# pinning: one pair on CPUs 2 and 4, N pairs rank r on CPU r + 1 (a job needing more CPUs than there are: none of it), every set-up alike"
 else echo "# not pinned (fewer than 5 CPUs)"; fi
 for bench in $benches; do
     case $bench in

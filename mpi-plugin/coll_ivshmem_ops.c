@@ -269,16 +269,46 @@ int civ_allreduce(const void *sbuf, void *rbuf, int count,
  * the collective with an error. A rank's source is the user's again once
  * every rank has posted that it is done reading. */
 typedef struct civ_direct {
+    int kind;       /* CIV_ALLGATHER, CIV_ALLTOALL */
+    civ_buf_t *out; /* the output, staged while reading directly */
     uint64_t *offs; /* by rank: its source's region offset */
-    uint64_t step; /* the publishing step; 0 until published */
-    bool all;      /* every rank published one: read directly */
+    uint64_t step;  /* the publishing step; 0 until published */
+    bool all;       /* every rank published one: read directly */
 } civ_direct_t;
 
-static int direct_begin(mca_coll_ivshmem_module_t *m, const void *src,
-                        size_t bytes, const char *what, civ_direct_t *d)
+#define CIV_DIRECT_BACKOFF_MAX 64u
+
+/* Whether this call tries direct reads: after a miss, jobs whose buffers
+ * are not region memory (no heap) pay the exchange step once in up to
+ * CIV_DIRECT_BACKOFF_MAX calls, not at every call. */
+static bool direct_try(mca_coll_ivshmem_module_t *m, int kind)
+{
+    if (m->direct_skip[kind] == 0)
+        return true;
+    m->direct_skip[kind]--;
+    return false;
+}
+
+static void direct_outcome(mca_coll_ivshmem_module_t *m, int kind, bool hit)
+{
+    uint32_t *b = &m->direct_backoff[kind];
+    if (hit)
+        *b = 0;
+    else if (*b == 0)
+        *b = 1;
+    else if (*b < CIV_DIRECT_BACKOFF_MAX)
+        *b *= 2;
+    m->direct_skip[kind] = *b;
+}
+
+/* Publishes src (NULL: none) and reads every rank's offset; with direct
+ * reads (d->all), the output is ready to be written. */
+static int direct_begin(mca_coll_ivshmem_module_t *m, int kind,
+                        const void *src, size_t bytes, civ_buf_t *out,
+                        civ_direct_t *d)
 {
     uint64_t mine = UINT64_MAX;
-    d->all = false;
+    *d = (civ_direct_t){kind, out, NULL, 0, false};
     d->offs = malloc(m->n * sizeof(*d->offs)); /* without: publish none */
     if (d->offs && src)
         mine = m->btl->coll_offset(src, bytes);
@@ -286,7 +316,9 @@ static int direct_begin(mca_coll_ivshmem_module_t *m, const void *src,
         opal_output_verbose(2, mca_coll_ivshmem_component.output,
                             "coll ivshmem: rank %u: %s source %p is not "
                             "contiguous region memory: no direct read",
-                            m->me, what, src);
+                            m->me,
+                            kind == CIV_ALLTOALL ? "alltoall" : "allgather",
+                            src);
     uint64_t t;
     int rc = civ_step_begin(m, &t);
     if (rc != OMPI_SUCCESS)
@@ -301,7 +333,7 @@ static int direct_begin(mca_coll_ivshmem_module_t *m, const void *src,
         memcpy(&d->offs[j], civ_slot(&m->area, d->step, j), sizeof(d->offs[j]));
         d->all = d->offs[j] != UINT64_MAX;
     }
-    return OMPI_SUCCESS;
+    return d->all ? civ_buf_stage(out, false) : OMPI_SUCCESS;
 }
 
 /* copies len bytes at `at` of rank j's published source of `span` bytes */
@@ -320,36 +352,24 @@ static int direct_read(mca_coll_ivshmem_module_t *m, const civ_direct_t *d,
     return OMPI_SUCCESS;
 }
 
-/* done reading (rc: how the reads went); with direct reads, waits until
- * every rank is done with this rank's source */
-static int direct_end(mca_coll_ivshmem_module_t *m, civ_direct_t *d, int rc)
+/* Done reading (rc: how the reads went); with direct reads, waits until
+ * every rank is done with this rank's source and writes the output back.
+ * *direct: whether the collective was done here. */
+static int direct_end(mca_coll_ivshmem_module_t *m, civ_direct_t *d, int rc,
+                      bool *direct)
 {
     if (d->step)
         civ_post(m, d->step, CIV_DONE); /* reads nothing more */
     if (d->all && rc == OMPI_SUCCESS)
         rc = civ_wait_all(m, d->step, CIV_DONE);
     free(d->offs);
+    direct_outcome(m, d->kind, d->all);
+    *direct = d->all;
+    if (d->all) {
+        civ_buf_unstage(d->out, rc == OMPI_SUCCESS);
+        m->direct[d->kind]++;
+    }
     return rc;
-}
-
-#define CIV_DIRECT_BACKOFF_MAX 64u
-
-/* Whether this call tries direct reads: after a miss, jobs whose buffers
- * are not region memory (no heap) pay the exchange step once in up to
- * CIV_DIRECT_BACKOFF_MAX calls, not at every call. */
-static bool direct_try(mca_coll_ivshmem_module_t *m, int kind)
-{
-    if (m->direct_skip[kind] == 0)
-        return true;
-    m->direct_skip[kind]--;
-    return false;
-}
-
-static void direct_outcome(mca_coll_ivshmem_module_t *m, int kind, bool hit)
-{
-    uint32_t *b = &m->direct_backoff[kind];
-    *b = hit ? 0 : *b ? (*b < CIV_DIRECT_BACKOFF_MAX ? 2 * *b : *b) : 1;
-    m->direct_skip[kind] = *b;
 }
 
 /* Alltoall above alltoall_max: each rank's source is its whole send
@@ -359,7 +379,7 @@ static int alltoall_direct(mca_coll_ivshmem_module_t *m, const void *sbuf,
                            int scount, ompi_datatype_t *sdt, civ_buf_t *out,
                            size_t blk, bool *direct)
 {
-    civ_direct_t d = {NULL, 0, false};
+    civ_direct_t d;
     const void *src = NULL;
     if (sbuf != MPI_IN_PLACE) {
         civ_buf_t in;
@@ -367,22 +387,13 @@ static int alltoall_direct(mca_coll_ivshmem_module_t *m, const void *sbuf,
         if (in.contig && in.bytes == out->bytes)
             src = in.base;
     }
-    int rc = direct_begin(m, src, out->bytes, "alltoall send buffer", &d);
-    if (rc == OMPI_SUCCESS && d.all)
-        rc = civ_buf_stage(out, false);
+    int rc = direct_begin(m, CIV_ALLTOALL, src, out->bytes, out, &d);
     for (uint32_t k = 0; k < m->n && d.all && rc == OMPI_SUCCESS; k++) {
         uint32_t j = (m->me + k) % m->n;
         rc = direct_read(m, &d, j, out->bytes, m->me * blk,
                          out->base + j * blk, blk);
     }
-    *direct = d.all;
-    rc = direct_end(m, &d, rc);
-    direct_outcome(m, CIV_ALLTOALL, d.all);
-    if (*direct) {
-        civ_buf_unstage(out, rc == OMPI_SUCCESS);
-        m->direct[CIV_ALLTOALL]++;
-    }
-    return rc;
+    return direct_end(m, &d, rc, direct);
 }
 
 /* Allgather from allgather_direct_min bytes a rank: each rank's source is
@@ -392,7 +403,7 @@ static int allgather_direct(mca_coll_ivshmem_module_t *m, const void *sbuf,
                             int scount, ompi_datatype_t *sdt, civ_buf_t *out,
                             size_t blk, bool *direct)
 {
-    civ_direct_t d = {NULL, 0, false};
+    civ_direct_t d;
     bool in_place = sbuf == MPI_IN_PLACE;
     const void *src = NULL;
     if (in_place) {
@@ -404,22 +415,14 @@ static int allgather_direct(mca_coll_ivshmem_module_t *m, const void *sbuf,
         if (in.contig && in.bytes == blk)
             src = in.base;
     }
-    int rc = direct_begin(m, src, blk, "allgather block", &d);
-    if (rc == OMPI_SUCCESS && d.all)
-        rc = civ_buf_stage(out, false); /* in place: contiguous, no stage */
+    /* in place, the output is contiguous: not staged */
+    int rc = direct_begin(m, CIV_ALLGATHER, src, blk, out, &d);
     for (uint32_t k = 0; k < m->n && d.all && rc == OMPI_SUCCESS; k++) {
         uint32_t j = (m->me + k) % m->n;
         if (j != m->me || !in_place)
             rc = direct_read(m, &d, j, blk, 0, out->base + j * blk, blk);
     }
-    *direct = d.all;
-    rc = direct_end(m, &d, rc);
-    direct_outcome(m, CIV_ALLGATHER, d.all);
-    if (*direct) {
-        civ_buf_unstage(out, rc == OMPI_SUCCESS);
-        m->direct[CIV_ALLGATHER]++;
-    }
-    return rc;
+    return direct_end(m, &d, rc, direct);
 }
 
 int civ_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
