@@ -107,8 +107,6 @@ typedef struct mca_btl_ivshmem_component_t {
      * progress only tries it. Unused, and never taken, otherwise. */
     bool threads;
     pthread_mutex_t lock;
-    /* tries of the lock before a thread sleeps on it (btl_ivshmem_thread_spin) */
-    unsigned thread_spin;
     /* ob1's error callback (btl_register_error): a lost lease ends the job */
     mca_btl_base_module_error_cb_fn_t error_cb;
     /* messages up to this size fit one of our cells: btl_alloc stages them
@@ -248,12 +246,10 @@ void mca_btl_ivshmem_heap_print_stats(void);
 /* MPI_THREAD_MULTIPLE: the module's entry points take the lock
  * (btl_ivshmem_module.c); the single-threaded ones stay untouched */
 void mca_btl_ivshmem_threads_enable(void);
-/* takes the lock, trying it thread_spin times before sleeping on it */
-void mca_btl_ivshmem_lock(void);
 #define IVSHMEM_LOCK()                                                        \
     do {                                                                      \
         if (mca_btl_ivshmem_component.threads)                               \
-            mca_btl_ivshmem_lock();                                           \
+            pthread_mutex_lock(&mca_btl_ivshmem_component.lock);             \
     } while (0)
 #define IVSHMEM_UNLOCK()                                                      \
     do {                                                                      \

@@ -135,10 +135,6 @@ static int ivshmem_register(void)
         d.frag_count = 64;
     if (!getenv("IVSHM_FRAG_SIZE"))
         d.frag_size = 65536;
-    reg_uint("thread_spin",
-             "MPI_THREAD_MULTIPLE: tries of the component's lock before a "
-             "thread sleeps on it (0: sleep at once)",
-             &c->thread_spin, 0);
     reg_uint("fifo_cells", "Cells of each process' receive FIFO (power of two)",
              &c->fifo_cells, d.fifo_cells);
     reg_uint("cell_size", "Bytes per FIFO and fast-box cell (multiple of 64); "

@@ -622,30 +622,10 @@ void mca_btl_ivshmem_deliver(struct mca_btl_base_module_t *btl,
  * taken returns at once (another thread is progressing or sending). The
  * wrappers are installed only for MPI_THREAD_MULTIPLE, so the single-
  * threaded path has no lock and no test for one. */
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
-void mca_btl_ivshmem_lock(void)
-{
-    for (unsigned i = 0; i < C->thread_spin; i++) {
-        if (pthread_mutex_trylock(&C->lock) == 0)
-            return;
-        for (int k = 0; k < 16; k++)
-            cpu_relax();
-    }
-    pthread_mutex_lock(&C->lock);
-}
-
 #define LOCKED(ret, name, params, args)                                       \
     static ret name##_mt params                                               \
     {                                                                         \
-        mca_btl_ivshmem_lock();                                               \
+        pthread_mutex_lock(&C->lock);                                         \
         ret rc = name args;                                                   \
         pthread_mutex_unlock(&C->lock);                                       \
         return rc;                                                            \
