@@ -22,9 +22,8 @@
 #include "opal/mca/base/mca_base_framework.h"
 #include "opal/util/proc.h"
 
+#include <stdbool.h>
 #include <string.h>
-
-#include <pthread.h>
 
 #include <ivshm/channel.h>
 #include <ivshm/ivshm.h>
@@ -102,11 +101,11 @@ typedef struct mca_btl_ivshmem_component_t {
     /* the region offset of [p, p+len) if it is region memory this process
      * maps (its own: region heap blocks, MPI_Alloc_mem), else UINT64_MAX */
     uint64_t (*coll_offset)(const void *p, size_t len);
-    /* MPI_THREAD_MULTIPLE: every call into the endpoint holds this
-     * recursive lock (an ob1 callback made from our progress may send);
+    /* MPI_THREAD_MULTIPLE: every call into the endpoint holds this lock,
+     * recursively (an ob1 callback made from our progress may send);
      * progress only tries it. Unused, and never taken, otherwise. */
     bool threads;
-    pthread_mutex_t lock;
+    int lock; /* 1: held (mca_btl_ivshmem_lock) */
     /* ob1's error callback (btl_register_error): a lost lease ends the job */
     mca_btl_base_module_error_cb_fn_t error_cb;
     /* messages up to this size fit one of our cells: btl_alloc stages them
@@ -246,15 +245,21 @@ void mca_btl_ivshmem_heap_print_stats(void);
 /* MPI_THREAD_MULTIPLE: the module's entry points take the lock
  * (btl_ivshmem_module.c); the single-threaded ones stay untouched */
 void mca_btl_ivshmem_threads_enable(void);
+/* The component's lock: recursive within a thread; a thread that finds it
+ * held spins briefly, then yields its CPU until it is free. trylock takes
+ * it only if it is free (or already this thread's). */
+void mca_btl_ivshmem_lock(void);
+bool mca_btl_ivshmem_trylock(void);
+void mca_btl_ivshmem_unlock(void);
 #define IVSHMEM_LOCK()                                                        \
     do {                                                                      \
         if (mca_btl_ivshmem_component.threads)                               \
-            pthread_mutex_lock(&mca_btl_ivshmem_component.lock);             \
+            mca_btl_ivshmem_lock();                                           \
     } while (0)
 #define IVSHMEM_UNLOCK()                                                      \
     do {                                                                      \
         if (mca_btl_ivshmem_component.threads)                               \
-            pthread_mutex_unlock(&mca_btl_ivshmem_component.lock);           \
+            mca_btl_ivshmem_unlock();                                         \
     } while (0)
 
 END_C_DECLS

@@ -213,10 +213,7 @@ static int ivshmem_close(void)
     mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
     mca_btl_ivshmem_teardown();
     ivshmem_verbs_teardown();
-    if (c->threads) {
-        pthread_mutex_destroy(&c->lock);
-        c->threads = false;
-    }
+    c->threads = false;
     OBJ_DESTRUCT(&c->frags);
     OBJ_DESTRUCT(&c->regs);
     free(c->why_not);
@@ -567,12 +564,12 @@ static int ivshmem_progress(void)
         return n;
     /* MPI_THREAD_MULTIPLE: one thread consumes the queues; the others
      * return at once instead of waiting for it */
-    if (c->threads && pthread_mutex_trylock(&c->lock) != 0)
+    if (c->threads && !mca_btl_ivshmem_trylock())
         return n;
     n += ivshm_ep_progress(c->ep);
     if (c->pending_frags)
         n += mca_btl_ivshmem_progress_pending();
     if (c->threads)
-        pthread_mutex_unlock(&c->lock);
+        mca_btl_ivshmem_unlock();
     return n;
 }
