@@ -200,7 +200,7 @@ mca_btl_ivshmem_modex_t *mca_btl_ivshmem_modex_get(const opal_process_name_t *na
  * not NULL) gets its locality */
 bool mca_btl_ivshmem_region_takes(const mca_btl_ivshmem_modex_t *mx,
                                   ivshm_locality_t *loc);
-/* the parameters and arguments of a BTL put/get (both modules) */
+/* the parameters of a BTL put/get (both modules) */
 #define IVSHMEM_RDMA_PARAMS                                                   \
     struct mca_btl_base_module_t *btl,                                        \
         struct mca_btl_base_endpoint_t *endpoint, void *local_address,        \
@@ -209,9 +209,6 @@ bool mca_btl_ivshmem_region_takes(const mca_btl_ivshmem_modex_t *mx,
         struct mca_btl_base_registration_handle_t *remote_handle,             \
         size_t size, int flags, int order,                                    \
         mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext, void *cbdata
-#define IVSHMEM_RDMA_ARGS                                                     \
-    btl, endpoint, local_address, remote_address, local_handle,               \
-        remote_handle, size, flags, order, cbfunc, cbcontext, cbdata
 /* offset of [p, p + len) in our mapping of the region, UINT64_MAX when it
  * is not wholly inside (or no region is mapped) */
 uint64_t mca_btl_ivshmem_region_offset(const void *p, size_t len);

@@ -489,7 +489,10 @@ static int refuse_rdma(struct mca_btl_base_endpoint_t *endpoint,
 }
 
 /* One copy between local memory and a peer's registered region buffer;
- * complete at once, as vader's single-copy mechanisms are. */
+ * complete at once, as vader's single-copy mechanisms are. Under
+ * MPI_THREAD_MULTIPLE only the checks against the peer's records take the
+ * component's lock: threads copy in parallel, and ob1's callback (which
+ * may send) runs after the lock is given back. */
 static int rdma_copy(struct mca_btl_base_module_t *btl,
                      struct mca_btl_base_endpoint_t *endpoint, bool put,
                      void *local_address, uint64_t remote_address,
@@ -498,18 +501,26 @@ static int rdma_copy(struct mca_btl_base_module_t *btl,
                      size_t size, mca_btl_base_rdma_completion_fn_t cbfunc,
                      void *cbcontext, void *cbdata)
 {
+    IVSHMEM_LOCK();
     void *remote = remote_ptr(remote_handle, remote_address, size,
                               endpoint->peer);
-    if (!remote)
-        return refuse_rdma(endpoint, put ? "put" : "get", remote_address,
-                           size);
-    int rc = OPAL_SUCCESS;
-    if (put) {
+    if (!remote) {
+        int refused = refuse_rdma(endpoint, put ? "put" : "get",
+                                  remote_address, size);
+        IVSHMEM_UNLOCK();
+        return refused;
+    }
+    IVSHMEM_UNLOCK();
+    if (put)
         memcpy(remote, local_address, size);
+    else
+        memcpy(local_address, remote, size);
+    int rc = OPAL_SUCCESS;
+    IVSHMEM_LOCK();
+    if (put) {
         endpoint->puts++;
         endpoint->put_bytes += size;
     } else {
-        memcpy(local_address, remote, size);
         endpoint->gets++;
         endpoint->get_bytes += size;
         /* the owner died during the copy: its chunks may have been
@@ -521,6 +532,7 @@ static int rdma_copy(struct mca_btl_base_module_t *btl,
             rc = OPAL_ERR_UNREACH;
         }
     }
+    IVSHMEM_UNLOCK();
     cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata, rc);
     return OPAL_SUCCESS;
 }
@@ -697,8 +709,6 @@ LOCKED(int, ivshmem_sendi,
         mca_btl_base_tag_t tag, mca_btl_base_descriptor_t **descriptor),
        (btl, endpoint, convertor, header, header_size, payload_size, order,
         flags, tag, descriptor))
-LOCKED(int, ivshmem_get, (IVSHMEM_RDMA_PARAMS), (IVSHMEM_RDMA_ARGS))
-LOCKED(int, ivshmem_put, (IVSHMEM_RDMA_PARAMS), (IVSHMEM_RDMA_ARGS))
 
 void mca_btl_ivshmem_threads_enable(void)
 {
@@ -710,8 +720,6 @@ void mca_btl_ivshmem_threads_enable(void)
     m->btl_finalize = ivshmem_finalize_mt;
     m->btl_send = ivshmem_send_mt;
     m->btl_sendi = ivshmem_sendi_mt;
-    m->btl_get = ivshmem_get_mt;
-    m->btl_put = ivshmem_put_mt;
 }
 
 mca_btl_ivshmem_module_t mca_btl_ivshmem_module = {
