@@ -106,6 +106,8 @@ typedef struct mca_btl_ivshmem_component_t {
      * progress only tries it. Unused, and never taken, otherwise. */
     bool threads;
     int lock; /* 1: held (mca_btl_ivshmem_lock) */
+    /* gets completed after the progress pass that started them (stats) */
+    uint64_t gets_after_pass;
     /* ob1's error callback (btl_register_error): a lost lease ends the job */
     mca_btl_base_module_error_cb_fn_t error_cb;
     /* messages up to this size fit one of our cells: btl_alloc stages them
@@ -114,7 +116,7 @@ typedef struct mca_btl_ivshmem_component_t {
 } mca_btl_ivshmem_component_t;
 
 /* Bumped whenever the component struct or mem_* / coll_* change meaning. */
-#define MCA_BTL_IVSHMEM_ABI 0x49560004u
+#define MCA_BTL_IVSHMEM_ABI 0x49560005u
 
 OPAL_MODULE_DECLSPEC extern mca_btl_ivshmem_component_t
     mca_btl_ivshmem_component;
@@ -248,6 +250,11 @@ void mca_btl_ivshmem_threads_enable(void);
 void mca_btl_ivshmem_lock(void);
 bool mca_btl_ivshmem_trylock(void);
 void mca_btl_ivshmem_unlock(void);
+/* MPI_THREAD_MULTIPLE, around a progress pass that holds the lock: gets
+ * started from its callbacks wait, and _end, called after the lock is let
+ * go, completes them (returns how many) */
+void mca_btl_ivshmem_progress_begin(void);
+int mca_btl_ivshmem_progress_end(void);
 #define IVSHMEM_LOCK()                                                        \
     do {                                                                      \
         if (mca_btl_ivshmem_component.threads)                               \

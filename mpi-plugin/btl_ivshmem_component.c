@@ -564,12 +564,19 @@ static int ivshmem_progress(void)
         return n;
     /* MPI_THREAD_MULTIPLE: one thread consumes the queues; the others
      * return at once instead of waiting for it */
-    if (c->threads && !mca_btl_ivshmem_trylock())
+    if (!c->threads) {
+        n += ivshm_ep_progress(c->ep);
+        if (c->pending_frags)
+            n += mca_btl_ivshmem_progress_pending();
         return n;
+    }
+    if (!mca_btl_ivshmem_trylock())
+        return n;
+    /* gets that ob1 starts from this pass' callbacks copy after it */
+    mca_btl_ivshmem_progress_begin();
     n += ivshm_ep_progress(c->ep);
     if (c->pending_frags)
         n += mca_btl_ivshmem_progress_pending();
-    if (c->threads)
-        mca_btl_ivshmem_unlock();
-    return n;
+    mca_btl_ivshmem_unlock();
+    return n + mca_btl_ivshmem_progress_end();
 }

@@ -149,6 +149,12 @@ static int ivshmem_finalize(struct mca_btl_base_module_t *btl)
         for (uint32_t i = 0; i < C->npeers; i++)
             if (C->peers[i])
                 mca_btl_ivshmem_print_stats(C->peers[i], "region");
+    if (C->stats && C->threads)
+        opal_output(0, "btl ivshmem stats: rank %u: %llu gets copied after "
+                       "the progress pass that started them "
+                       "(MPI_THREAD_MULTIPLE)",
+                    (unsigned)OPAL_PROC_MY_NAME.vpid,
+                    (unsigned long long)C->gets_after_pass);
     if (C->stats)
         mca_btl_ivshmem_heap_print_stats();
     mca_btl_ivshmem_teardown();
@@ -488,11 +494,86 @@ static int refuse_rdma(struct mca_btl_base_endpoint_t *endpoint,
     return OPAL_ERROR;
 }
 
-/* One copy between local memory and a peer's registered region buffer;
- * complete at once, as vader's single-copy mechanisms are. Under
- * MPI_THREAD_MULTIPLE only the checks against the peer's records take the
- * component's lock: threads copy in parallel, and ob1's callback (which
- * may send) runs after the lock is given back. */
+/* One copy between local memory and a peer's registered region buffer,
+ * checked (remote_ptr) before: the copy, the counters, whether a get's
+ * owner lived through it, and ob1's callback. */
+typedef struct rdma_op {
+    struct mca_btl_base_module_t *btl;
+    struct mca_btl_base_endpoint_t *endpoint;
+    bool put;
+    void *local, *remote;
+    size_t size;
+    struct mca_btl_base_registration_handle_t *local_handle;
+    mca_btl_base_rdma_completion_fn_t cbfunc;
+    void *cbcontext, *cbdata;
+} rdma_op_t;
+
+static void rdma_finish(const rdma_op_t *op)
+{
+    struct mca_btl_base_endpoint_t *endpoint = op->endpoint;
+    if (op->put)
+        memcpy(op->remote, op->local, op->size);
+    else
+        memcpy(op->local, op->remote, op->size);
+    int rc = OPAL_SUCCESS;
+    IVSHMEM_LOCK();
+    if (op->put) {
+        endpoint->puts++;
+        endpoint->put_bytes += op->size;
+    } else {
+        endpoint->gets++;
+        endpoint->get_bytes += op->size;
+        /* the owner died during the copy: its chunks may have been
+         * reclaimed and reused, the bytes may be someone else's */
+        if (ivshm_ep_peer_alive(C->ep, endpoint->peer) != IVSHM_OK) {
+            opal_output(0, "btl ivshmem: rank %u died while its buffer was "
+                           "read; the message is failed, not delivered",
+                        endpoint->vpid);
+            rc = OPAL_ERR_UNREACH;
+        }
+    }
+    IVSHMEM_UNLOCK();
+    op->cbfunc(op->btl, endpoint, op->local, op->local_handle, op->cbcontext,
+               op->cbdata, rc);
+}
+
+/* MPI_THREAD_MULTIPLE: the gets that ob1 starts from callbacks of this
+ * thread's progress pass (an RGET header matched there) wait here and run
+ * once the pass has let the lock go; `passes` counts this thread's nested
+ * passes (a callback may progress again), the outermost runs them all */
+#define RDMA_DEFER_MAX 32
+static __thread struct {
+    unsigned passes, n;
+    rdma_op_t op[RDMA_DEFER_MAX];
+} rdma_deferred;
+
+void mca_btl_ivshmem_progress_begin(void)
+{
+    if (rdma_deferred.passes++ == 0)
+        rdma_deferred.n = 0;
+}
+
+int mca_btl_ivshmem_progress_end(void)
+{
+    if (--rdma_deferred.passes != 0)
+        return 0;
+    /* a callback of one of these may start more: they run inline */
+    unsigned n = rdma_deferred.n;
+    rdma_op_t op[RDMA_DEFER_MAX];
+    memcpy(op, rdma_deferred.op, n * sizeof(op[0]));
+    rdma_deferred.n = 0;
+    for (unsigned i = 0; i < n; i++)
+        rdma_finish(&op[i]);
+    if (n)
+        __atomic_fetch_add(&C->gets_after_pass, n, __ATOMIC_RELAXED);
+    return (int)n;
+}
+
+/* Complete at once, as vader's single-copy mechanisms are, except a get
+ * started inside a progress pass under MPI_THREAD_MULTIPLE: it completes
+ * when the pass ends, outside the component's lock, so the pass does not
+ * hold every other thread's sends for the length of a large copy. Only the
+ * checks against the peer's records take the lock. */
 static int rdma_copy(struct mca_btl_base_module_t *btl,
                      struct mca_btl_base_endpoint_t *endpoint, bool put,
                      void *local_address, uint64_t remote_address,
@@ -511,29 +592,12 @@ static int rdma_copy(struct mca_btl_base_module_t *btl,
         return refused;
     }
     IVSHMEM_UNLOCK();
-    if (put)
-        memcpy(remote, local_address, size);
+    rdma_op_t op = {btl,  endpoint,     put,    local_address, remote,
+                    size, local_handle, cbfunc, cbcontext,     cbdata};
+    if (!put && rdma_deferred.passes && rdma_deferred.n < RDMA_DEFER_MAX)
+        rdma_deferred.op[rdma_deferred.n++] = op;
     else
-        memcpy(local_address, remote, size);
-    int rc = OPAL_SUCCESS;
-    IVSHMEM_LOCK();
-    if (put) {
-        endpoint->puts++;
-        endpoint->put_bytes += size;
-    } else {
-        endpoint->gets++;
-        endpoint->get_bytes += size;
-        /* the owner died during the copy: its chunks may have been
-         * reclaimed and reused, the bytes may be someone else's */
-        if (ivshm_ep_peer_alive(C->ep, endpoint->peer) != IVSHM_OK) {
-            opal_output(0, "btl ivshmem: rank %u died while its buffer was "
-                           "read; the message is failed, not delivered",
-                        endpoint->vpid);
-            rc = OPAL_ERR_UNREACH;
-        }
-    }
-    IVSHMEM_UNLOCK();
-    cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata, rc);
+        rdma_finish(&op);
     return OPAL_SUCCESS;
 }
 

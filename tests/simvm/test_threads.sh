@@ -60,6 +60,14 @@ if [ -f "$heap" ]; then
     else
         bad "large with the region heap: $nb ranks took region blocks"; grep "btl ivshmem heap" "$work/large-heap.out"
     fi
+    # gets that ob1 started inside a progress pass copy after it, outside
+    # the component's lock (every byte was checked above)
+    ng=$(sed -n 's/.*btl ivshmem stats: rank [0-9]*: \([0-9]*\) gets copied after.*/\1/p' "$work/large-heap.out" | awk '{s += $1} END {print s + 0}')
+    if [ "$ng" -gt 0 ]; then
+        ok "large with the region heap: $ng gets copied after the progress pass that started them"
+    else
+        bad "large with the region heap: no get was copied after its progress pass"; grep "gets copied" "$work/large-heap.out"
+    fi
 fi
 
 # ---- 4. a rank dies while the other's threads send to it
