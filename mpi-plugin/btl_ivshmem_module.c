@@ -10,6 +10,7 @@
  * with one copy (put/get, which ob1 uses for its RGET protocol).
  */
 #include "btl_ivshmem.h"
+#include "btl_ivshmem_lock.h"
 
 #include "opal/class/opal_bitmap.h"
 #include "opal/datatype/opal_convertor.h"
@@ -17,7 +18,6 @@
 #include "opal/util/proc.h"
 #include "opal/util/show_help.h"
 
-#include <sched.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -700,47 +700,11 @@ void mca_btl_ivshmem_deliver(struct mca_btl_base_module_t *btl,
  * wrappers are installed only for MPI_THREAD_MULTIPLE, so the single-
  * threaded path has no lock and no test for one.
  *
- * The lock is one word and this thread's depth: taking it uncontended is
- * one atomic exchange, giving it back one store. Held sections are short
- * (a send, one progress pass), so a waiter spins a little before it
- * yields. A recursive pthread mutex cost one thread 41 ns a message
- * (docs/channels.md, Threads). */
-static __thread unsigned lock_depth; /* this thread's holds of C->lock */
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
-bool mca_btl_ivshmem_trylock(void)
-{
-    if (lock_depth == 0 &&
-        (__atomic_load_n(&C->lock, __ATOMIC_RELAXED) ||
-         __atomic_exchange_n(&C->lock, 1, __ATOMIC_ACQUIRE)))
-        return false;
-    lock_depth++;
-    return true;
-}
-
-void mca_btl_ivshmem_lock(void)
-{
-    for (unsigned spins = 0; !mca_btl_ivshmem_trylock(); spins++) {
-        if (spins < 64)
-            cpu_relax();
-        else
-            sched_yield(); /* the holder may be waiting for this CPU */
-    }
-}
-
-void mca_btl_ivshmem_unlock(void)
-{
-    if (--lock_depth == 0)
-        __atomic_store_n(&C->lock, 0, __ATOMIC_RELEASE);
-}
+ * The lock itself is btl_ivshmem_lock.c. A recursive pthread mutex cost
+ * one thread 41 ns a message (docs/channels.md, Threads). */
+void mca_btl_ivshmem_lock(void) { ivshmem_lock_take(&C->lock); }
+bool mca_btl_ivshmem_trylock(void) { return ivshmem_lock_try(&C->lock); }
+void mca_btl_ivshmem_unlock(void) { ivshmem_lock_give(&C->lock); }
 
 #define LOCKED(ret, name, params, args)                                       \
     static ret name##_mt params                                               \

@@ -40,13 +40,14 @@ SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-poin
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     run_build asan --disable-shared --without-ompi --disable-guest-tests CFLAGS="-O1 -g $SAN" LDFLAGS="$SAN"
 # ThreadSanitizer: the threaded channel tests (one mapping shared by
-# threads, so every access is visible to the sanitizer)
+# threads, so every access is visible to the sanitizer) and the BTL's lock
 echo "=== build: tsan"
 rm -rf "$top/_build-tsan" && mkdir -p "$top/_build-tsan" && cd "$top/_build-tsan"
 "$top/configure" --enable-werror --disable-shared --without-ompi --disable-guest-tests CFLAGS="-O1 -g -fsanitize=thread" \
     LDFLAGS="-fsanitize=thread" >configure.out 2>&1 || { cat configure.out; exit 1; }
-make -j"$jobs" tests/unit/test_chan >make.out 2>&1 || { cat make.out; exit 1; }
+make -j"$jobs" tests/unit/test_chan tests/unit/test_btl_lock >make.out 2>&1 || { cat make.out; exit 1; }
 TSAN_OPTIONS="halt_on_error=1" ./tests/unit/test_chan
+TSAN_OPTIONS="halt_on_error=1" ./tests/unit/test_btl_lock
 cd "$top"
 # UBSan over the region heap (libivshm-heap.so, a shared object that
 # replaces malloc): ASan and TSan bring a malloc of their own, so the heap
