@@ -144,8 +144,8 @@ run() { # setup bench -> $work/setup.bench (lines "size value")
 
 summary=""
 echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1); $(ompi_info 2>/dev/null | sed -n 's/^ *Open MPI: */Open MPI /p' | head -1)"
-if [ $single = 1 ]; then echo "# one OS, rank r bound to core r"
-elif [ "$(nproc)" -gt 4 ]; then echo "# pinning: one pair on CPUs 2 and 4, N pairs rank r on CPU r + 1 (a job needing more CPUs than there are: none of it), every set-up alike"
+if [ $single = 1 ]; then echo "# one OS, rank r bound to core r (mtrate: cores 4r..4r+3)"
+elif [ "$(nproc)" -gt 4 ]; then echo "# pinning: one pair on CPUs 2 and 4, N pairs rank r on CPU r + 1, mtrate's ranks on CPUs 2-5 and 6-9 (a job needing more CPUs than there are: none of it), every set-up alike"
 else echo "# not pinned (fewer than 5 CPUs)"; fi
 for bench in $benches; do
     # 8 threads that wait on each other, with fewer CPUs than threads, take

@@ -28,6 +28,8 @@
 #include <ivshm/channel.h>
 #include <ivshm/ivshm.h>
 
+#include "btl_ivshmem_lock.h"
+
 BEGIN_C_DECLS
 
 #define IVSHMEM_MODEX_MAGIC 0x4d444f4d4d485649ull /* "IVHMMODM" */
@@ -105,7 +107,7 @@ typedef struct mca_btl_ivshmem_component_t {
      * recursively (an ob1 callback made from our progress may send);
      * progress only tries it. Unused, and never taken, otherwise. */
     bool threads;
-    int lock; /* 1: held (mca_btl_ivshmem_lock) */
+    int lock; /* 1: held (btl_ivshmem_lock.h) */
     /* gets completed after the progress pass that started them (stats) */
     uint64_t gets_after_pass;
     /* ob1's error callback (btl_register_error): a lost lease ends the job */
@@ -244,12 +246,6 @@ void mca_btl_ivshmem_heap_print_stats(void);
 /* MPI_THREAD_MULTIPLE: the module's entry points take the lock
  * (btl_ivshmem_module.c); the single-threaded ones stay untouched */
 void mca_btl_ivshmem_threads_enable(void);
-/* The component's lock: recursive within a thread; a thread that finds it
- * held spins briefly, then yields its CPU until it is free. trylock takes
- * it only if it is free (or already this thread's). */
-void mca_btl_ivshmem_lock(void);
-bool mca_btl_ivshmem_trylock(void);
-void mca_btl_ivshmem_unlock(void);
 /* MPI_THREAD_MULTIPLE, around a progress pass that holds the lock: gets
  * started from its callbacks wait, and _end, called after the lock is let
  * go, completes them (returns how many) */
@@ -258,12 +254,12 @@ int mca_btl_ivshmem_progress_end(void);
 #define IVSHMEM_LOCK()                                                        \
     do {                                                                      \
         if (mca_btl_ivshmem_component.threads)                               \
-            mca_btl_ivshmem_lock();                                           \
+            ivshmem_lock_take(&mca_btl_ivshmem_component.lock);              \
     } while (0)
 #define IVSHMEM_UNLOCK()                                                      \
     do {                                                                      \
         if (mca_btl_ivshmem_component.threads)                               \
-            mca_btl_ivshmem_unlock();                                         \
+            ivshmem_lock_give(&mca_btl_ivshmem_component.lock);              \
     } while (0)
 
 END_C_DECLS

@@ -563,20 +563,20 @@ static int ivshmem_progress(void)
     if (!c->ep)
         return n;
     /* MPI_THREAD_MULTIPLE: one thread consumes the queues; the others
-     * return at once instead of waiting for it */
-    if (!c->threads) {
-        n += ivshm_ep_progress(c->ep);
-        if (c->pending_frags)
-            n += mca_btl_ivshmem_progress_pending();
-        return n;
+     * return at once instead of waiting for it. Gets that ob1 starts from
+     * this pass' callbacks copy after it. */
+    bool mt = c->threads;
+    if (mt) {
+        if (!ivshmem_lock_try(&c->lock))
+            return n;
+        mca_btl_ivshmem_progress_begin();
     }
-    if (!mca_btl_ivshmem_trylock())
-        return n;
-    /* gets that ob1 starts from this pass' callbacks copy after it */
-    mca_btl_ivshmem_progress_begin();
     n += ivshm_ep_progress(c->ep);
     if (c->pending_frags)
         n += mca_btl_ivshmem_progress_pending();
-    mca_btl_ivshmem_unlock();
-    return n + mca_btl_ivshmem_progress_end();
+    if (mt) {
+        ivshmem_lock_give(&c->lock);
+        n += mca_btl_ivshmem_progress_end();
+    }
+    return n;
 }

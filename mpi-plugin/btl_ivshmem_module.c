@@ -10,7 +10,6 @@
  * with one copy (put/get, which ob1 uses for its RGET protocol).
  */
 #include "btl_ivshmem.h"
-#include "btl_ivshmem_lock.h"
 
 #include "opal/class/opal_bitmap.h"
 #include "opal/datatype/opal_convertor.h"
@@ -702,16 +701,13 @@ void mca_btl_ivshmem_deliver(struct mca_btl_base_module_t *btl,
  *
  * The lock itself is btl_ivshmem_lock.c. A recursive pthread mutex cost
  * one thread 41 ns a message (docs/channels.md, Threads). */
-void mca_btl_ivshmem_lock(void) { ivshmem_lock_take(&C->lock); }
-bool mca_btl_ivshmem_trylock(void) { return ivshmem_lock_try(&C->lock); }
-void mca_btl_ivshmem_unlock(void) { ivshmem_lock_give(&C->lock); }
 
 #define LOCKED(ret, name, params, args)                                       \
     static ret name##_mt params                                               \
     {                                                                         \
-        mca_btl_ivshmem_lock();                                               \
+        ivshmem_lock_take(&C->lock);                                          \
         ret rc = name args;                                                   \
-        mca_btl_ivshmem_unlock();                                             \
+        ivshmem_lock_give(&C->lock);                                          \
         return rc;                                                            \
     }
 LOCKED(int, ivshmem_add_procs,
