@@ -239,8 +239,9 @@ int mca_btl_ivshmem_progress_pending(void);
 void *mca_btl_ivshmem_region_alloc(size_t size);
 void mca_btl_ivshmem_region_free(void *ptr);
 /* the region heap's backend (btl_ivshmem_heap.c): attach once the region
- * route is up, detach first at teardown; no-ops without libivshm-heap.so */
-void mca_btl_ivshmem_heap_attach(void);
+ * route is up (true: the heap runs in this process), detach first at
+ * teardown; no-ops without libivshm-heap.so */
+bool mca_btl_ivshmem_heap_attach(void);
 void mca_btl_ivshmem_heap_detach(void);
 void mca_btl_ivshmem_heap_print_stats(void);
 /* MPI_THREAD_MULTIPLE: the module's entry points take the lock

@@ -10,11 +10,17 @@
 #include "opal/util/proc.h"
 #include "opal/util/show_help.h"
 
+#include "opal/mca/base/mca_base_var.h"
+
 #include <dlfcn.h>
 #include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* the eager limit without and with the region heap (eager_for_heap) */
+#define IVSHMEM_EAGER_PLAIN (32 * 1024)
+#define IVSHMEM_EAGER_HEAP 4096
 
 static int ivshmem_register(void);
 static int ivshmem_open(void);
@@ -154,8 +160,9 @@ static int ivshmem_register(void)
 
     mca_btl_base_module_t *m = &mca_btl_ivshmem_module.super;
     m->btl_exclusivity = MCA_BTL_EXCLUSIVITY_HIGH / 2; /* > net, < vader */
-    m->btl_eager_limit = 4096;
-    m->btl_rndv_eager_limit = 4096;
+    /* without the region heap (see eager_for_heap) */
+    m->btl_eager_limit = IVSHMEM_EAGER_PLAIN;
+    m->btl_rndv_eager_limit = IVSHMEM_EAGER_PLAIN;
     m->btl_max_send_size = 64 * 1024;
     m->btl_latency = 1;
     m->btl_bandwidth = 10000;
@@ -500,6 +507,35 @@ bool mca_btl_ivshmem_region_takes(const mca_btl_ivshmem_modex_t *mx,
     return loc == IVSHM_PEER_OTHER_VM || (loc == IVSHM_PEER_SAME_VM && c->same_vm);
 }
 
+/* Where the region heap runs, malloc'd blocks from 64 KiB are region
+ * memory and ob1's RGET moves their messages with one copy from the eager
+ * limit on: the limit is then IVSHMEM_EAGER_HEAP, unless set. Elsewhere
+ * a message past the eager limit takes ob1's rendezvous with two copies
+ * all the same, plus a round trip (RNDV, ACK) and, under
+ * MPI_THREAD_MULTIPLE, the sender's copy in the one thread that progresses
+ * (Open MPI 4.1's sync_wait_mt): an eager limit of 32 KiB made 4-16 KiB
+ * 1.09-0.97x vader's 4-thread rate instead of 0.60-0.57x, 8 KiB latency
+ * 1.06x instead of 1.37x, bw 1.36-1.92x instead of 0.78-0.93x
+ * (docs/channels.md, results/2026-11-24-threads/ab-eager-64-summary.txt). */
+static void eager_for_heap(mca_btl_base_module_t *m, bool heap)
+{
+    if (!heap)
+        return;
+    const char *names[] = {"eager_limit", "rndv_eager_limit"};
+    size_t *limits[] = {&m->btl_eager_limit, &m->btl_rndv_eager_limit};
+    for (int i = 0; i < 2; i++) {
+        mca_base_var_source_t src = MCA_BASE_VAR_SOURCE_DEFAULT;
+        int v = mca_base_var_find("opal", "btl", "ivshmem", names[i]);
+        if (v >= 0 && mca_base_var_get_value(v, NULL, &src, NULL) == OPAL_SUCCESS &&
+            src == MCA_BASE_VAR_SOURCE_DEFAULT && *limits[i] > IVSHMEM_EAGER_HEAP)
+            *limits[i] = IVSHMEM_EAGER_HEAP;
+    }
+    opal_output_verbose(1, mca_btl_ivshmem_component.output,
+                        "btl ivshmem: eager limit %zu (region heap: larger "
+                        "messages from its blocks move with one copy)",
+                        m->btl_eager_limit);
+}
+
 static mca_btl_base_module_t **ivshmem_init(int *num_btls,
                                             bool enable_progress_threads,
                                             bool enable_mpi_threads)
@@ -549,7 +585,8 @@ static mca_btl_base_module_t **ivshmem_init(int *num_btls,
                             ivshm_ep_index(c->ep));
         /* large malloc blocks into the region, where libivshm-heap.so
          * runs in this process (docs/heap.md) */
-        mca_btl_ivshmem_heap_attach();
+        eager_for_heap(&mca_btl_ivshmem_module.super,
+                       mca_btl_ivshmem_heap_attach());
     }
     if (verbs)
         mods[(*num_btls)++] = IVSHMEM_VERBS_MODULE;

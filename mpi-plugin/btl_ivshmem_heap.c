@@ -34,13 +34,13 @@ static int heap_useful(void)
     return C->mem_useful && C->mem_useful();
 }
 
-void mca_btl_ivshmem_heap_attach(void)
+bool mca_btl_ivshmem_heap_attach(void)
 {
     int (*attach)(const ivshm_heap_backend_t *) =
         (int (*)(const ivshm_heap_backend_t *))dlsym(RTLD_DEFAULT,
                                                      "ivshm_heap_attach");
     if (!attach || !C->r)
-        return;
+        return false;
     ivshm_heap_backend_t be = {
         .abi = IVSHM_HEAP_ABI,
         .useful = heap_useful,
@@ -54,11 +54,12 @@ void mca_btl_ivshmem_heap_attach(void)
                            : "btl ivshmem: libivshm-heap.so is loaded but "
                              "refused the backend (another version?)");
     if (!ok)
-        return;
+        return false;
     heap_detach = (size_t(*)(ivshm_heap_kept_fn, void *))dlsym(
         RTLD_DEFAULT, "ivshm_heap_detach");
     heap_stats = (void (*)(ivshm_heap_stats_t *))dlsym(RTLD_DEFAULT,
                                                         "ivshm_heap_stats");
+    return true;
 }
 
 static void keep(void *addr, size_t len, void *arg)

@@ -148,6 +148,9 @@ static int ivshmem_finalize(struct mca_btl_base_module_t *btl)
         for (uint32_t i = 0; i < C->npeers; i++)
             if (C->peers[i])
                 mca_btl_ivshmem_print_stats(C->peers[i], "region");
+    if (C->stats) /* 4 KiB with the region heap, unless set (component) */
+        opal_output(0, "btl ivshmem stats: rank %u: eager limit %zu",
+                    (unsigned)OPAL_PROC_MY_NAME.vpid, btl->btl_eager_limit);
     if (C->stats && C->threads)
         opal_output(0, "btl ivshmem stats: rank %u: %llu gets copied after "
                        "the progress pass that started them "

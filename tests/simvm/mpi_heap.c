@@ -5,8 +5,9 @@
  * Rank 0 prints "mpi_heap: N passed, M failed".
  *
  *  - a fresh malloc'd buffer per size around each protocol boundary of
- *    btl ivshmem (eager limit 4 KiB, RDMA pipeline length 32 KiB, fragment
- *    64 KiB = the heap's threshold), up to 4 MiB + 4093, both ways;
+ *    btl ivshmem (eager limit 4 KiB with the region heap and 32 KiB
+ *    without, RDMA pipeline length 32 KiB, fragment 64 KiB = the heap's
+ *    threshold), up to 4 MiB + 4093, both ways;
  *  - buffers allocated before MPI_Init (private memory), freed after;
  *  - buffers grown and shrunk by realloc across the threshold;
  *  - fork while MPI runs: the child checks its copy and overwrites it, the

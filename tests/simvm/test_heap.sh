@@ -11,7 +11,9 @@
 #  3. switch on with a 4 KiB threshold: every rendezvous size single copy;
 #  4. switch on, region too small for the blocks: they fall back to private
 #     memory (counted), the job passes;
-#  5. the general MPI checks (tests/simvm/mpi_check.c) with the switch on.
+#  5. the general MPI checks (tests/simvm/mpi_check.c) with the switch on
+#     and an eager limit set (kept over the heap's 4 KiB).
+# The eager limit is 32 KiB without the heap and 4 KiB with it (1, 2).
 # Needs root, iproute2 and Open MPI; skipped (77) otherwise.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -50,12 +52,15 @@ heapstat() {
     sed -n 's/.*btl ivshmem heap: rank [0-9]*: \([0-9]*\) blocks [0-9]* bytes from the region ([0-9]* live), \([0-9]*\) did not fit.*/\1 \2/p' "$1"
 }
 passed() { [ $rc -eq 0 ] && grep -q "2 ranks: $2 passed, 0 failed" "$1"; }
+# eager LIMIT FILE: both ranks ran with that eager limit (32 KiB without
+# the heap; with it, 4 KiB, so that RGET reads its blocks from there on)
+eager() { [ "$(grep -c "btl ivshmem stats: rank [0-9]*: eager limit $1\$" "$2")" = 2 ]; }
 
 # ---- 1. switch off
 run off mpi_heap
 if passed "$work/off.out" 8 && [ "$(gets "$work/off.out" | awk '$1 == 0' | wc -l)" = 2 ] &&
-   ! grep -q "btl ivshmem heap:" "$work/off.out"; then
-    ok "switch off: every check passes, large messages copied twice (no gets, no heap)"
+   ! grep -q "btl ivshmem heap:" "$work/off.out" && eager 32768 "$work/off.out"; then
+    ok "switch off: every check passes, large messages copied twice (no gets, no heap), eager limit 32 KiB"
 else
     bad "switch off (rc $rc)"; tail -20 "$work/off.out"
 fi
@@ -65,8 +70,9 @@ fi
 run on mpi_heap -x LD_PRELOAD="$heap"
 if passed "$work/on.out" 8 &&
    [ "$(heapstat "$work/on.out" | awk '$1 >= 20' | wc -l)" = 2 ] &&
-   [ "$(gets "$work/on.out" | awk '$1 >= 20 && $2 == 0' | wc -l)" = 2 ]; then
-    ok "switch on: every check passes; large blocks from the region, read with single-copy gets ($(gets "$work/on.out" | awk '{printf "%s ", $1}')gets)"
+   [ "$(gets "$work/on.out" | awk '$1 >= 20 && $2 == 0' | wc -l)" = 2 ] &&
+   eager 4096 "$work/on.out"; then
+    ok "switch on: every check passes; large blocks from the region, read with single-copy gets ($(gets "$work/on.out" | awk '{printf "%s ", $1}')gets), eager limit 4 KiB"
 else
     bad "switch on (rc $rc)"; gets "$work/on.out"; heapstat "$work/on.out"; tail -20 "$work/on.out"
 fi
@@ -91,10 +97,12 @@ else
 fi
 simvm_format 256M
 
-# ---- 5. the general MPI checks with the switch on
-run check mpi_check -x LD_PRELOAD="$heap"
-if [ $rc -eq 0 ] && grep -q "2 ranks: 10 passed, 0 failed" "$work/check.out"; then
-    ok "mpi_check with the switch on: 10 of 10"
+# ---- 5. the general MPI checks with the switch on (an eager limit that
+# is set wins over the heap's)
+run check mpi_check -x LD_PRELOAD="$heap" --mca btl_ivshmem_eager_limit 8192
+if [ $rc -eq 0 ] && grep -q "2 ranks: 10 passed, 0 failed" "$work/check.out" &&
+   eager 8192 "$work/check.out"; then
+    ok "mpi_check with the switch on and eager limit 8192 set: 10 of 10, the set limit kept"
 else
     bad "mpi_check with the switch on (rc $rc)"; tail -20 "$work/check.out"
 fi
