@@ -6,7 +6,9 @@
 # 16384, 32768, 32896 (32 KiB and room for ob1's header) and 65536 (ivs-e16k,
 # ivs-e32k, ivs-e32kh, ivs-e64k); ivs-notcp (btl self,vader,ivshmem); the same with the
 # region heap preloaded (heap, heap-e16k; heap-min1m: only blocks from
-# 1 MiB in the region); vader (both ranks in one VM).
+# 1 MiB in the region); ivsdef: the component's own eager limit, with
+# -dm1 / -dm2 an experiment's IVSHM_DEMOTE (CLDEMOTE of sent fragments,
+# and of cells); vader (both ranks in one VM).
 # Benchmarks: latency, latmt (latency -T: MPI_THREAD_MULTIPLE) and bw (one
 # pair on CPUs 2 and 4) and mtrate -t 4
 # (rank 0's threads on CPUs 2-5, rank 1's on 6-9), to MAXB (64 KiB), ROUNDS rounds
@@ -35,8 +37,9 @@ run() { # SETUP BENCH
     *) btl=self,vader,ivshmem,tcp
        [ "$s" = ivs-notcp ] && btl=self,vader,ivshmem
        set -- 10.200.0.1:1,10.200.0.2:1 2 --mca btl $btl
-       case $s in *e16k) e=16384 ;; *e32k) e=32768 ;; *e32kh) e=32896 ;; *e64k) e=65536 ;; *) e=4096 ;; esac
-       set -- "$@" --mca btl_ivshmem_eager_limit $e --mca btl_ivshmem_rndv_eager_limit $e
+       case $s in *e16k) e=16384 ;; *e32k) e=32768 ;; *e32kh) e=32896 ;; *e64k) e=65536 ;; ivsdef*) e="" ;; *) e=4096 ;; esac
+       [ -z "$e" ] || set -- "$@" --mca btl_ivshmem_eager_limit $e --mca btl_ivshmem_rndv_eager_limit $e
+       case $s in *-dm1) set -- "$@" -x IVSHM_DEMOTE=1 ;; *-dm2) set -- "$@" -x IVSHM_DEMOTE=2 ;; esac
        case $s in heap*) set -- "$@" -x LD_PRELOAD=$HEAP ;; esac
        case $s in *min1m) set -- "$@" -x IVSHM_HEAP_MIN=1048576 ;; esac ;;
     esac
