@@ -513,9 +513,9 @@ bool mca_btl_ivshmem_region_takes(const mca_btl_ivshmem_modex_t *mx,
  * a message past the eager limit takes ob1's rendezvous with two copies
  * all the same, plus a round trip (RNDV, ACK) and, under
  * MPI_THREAD_MULTIPLE, the sender's copy in the one thread that progresses
- * (Open MPI 4.1's sync_wait_mt): an eager limit of 32 KiB made 4-16 KiB
- * 1.09-0.97x vader's 4-thread rate instead of 0.60-0.57x, 8 KiB latency
- * 1.06x instead of 1.37x, bw 1.36-1.92x instead of 0.78-0.93x
+ * (Open MPI 4.1's sync_wait_mt): an eager limit of 32 KiB made the
+ * 4-thread rate at 4-16 KiB 0.97-1.09x vader's instead of 0.57-0.61x,
+ * 8 KiB latency 1.06x instead of 1.37x, bw 1.36-1.92x instead of 0.78-0.93x
  * (docs/channels.md, results/2026-11-24-threads/ab-eager-64-summary.txt). */
 static void eager_for_heap(mca_btl_base_module_t *m, bool heap)
 {
@@ -530,6 +530,8 @@ static void eager_for_heap(mca_btl_base_module_t *m, bool heap)
             src == MCA_BASE_VAR_SOURCE_DEFAULT && *limits[i] > IVSHMEM_EAGER_HEAP)
             *limits[i] = IVSHMEM_EAGER_HEAP;
     }
+    if (m->btl_rndv_eager_limit > m->btl_eager_limit) /* as at set-up */
+        m->btl_rndv_eager_limit = m->btl_eager_limit;
     opal_output_verbose(1, mca_btl_ivshmem_component.output,
                         "btl ivshmem: eager limit %zu (region heap: larger "
                         "messages from its blocks move with one copy)",
