@@ -596,7 +596,9 @@ static int rdma_copy(struct mca_btl_base_module_t *btl,
     IVSHMEM_UNLOCK();
     rdma_op_t op = {btl,  endpoint,     put,    local_address, remote,
                     size, local_handle, cbfunc, cbcontext,     cbdata};
-    if (!put && rdma_deferred.passes && rdma_deferred.n < RDMA_DEFER_MAX)
+    /* threads first: the single-threaded path reads no thread-local */
+    if (!put && C->threads && rdma_deferred.passes &&
+        rdma_deferred.n < RDMA_DEFER_MAX)
         rdma_deferred.op[rdma_deferred.n++] = op;
     else
         rdma_finish(&op);
