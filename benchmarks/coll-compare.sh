@@ -9,7 +9,7 @@
 #                point-to-point messages (what jobs had before)
 #   native       all N ranks in one VM: coll tuned over vader
 #   tcp          one rank per VM over the network path
-# Issue #13's targets, per size: ivshmem <= 0.8 x native for barrier, bcast,
+# The collective targets, per size: ivshmem <= 0.8 x native for barrier, bcast,
 # reduce, allreduce and allgather, <= 1.0 x native for alltoall, printed
 # met/missed for medians and for means (OSU reports means), for ivshmem and
 # for ivshmem-heap.
@@ -147,11 +147,11 @@ for bench in $benches; do
                 if (u >= 0) { toth++; if (u <= target) meth++; else missh = missh " " k ":" f(u) }
                 if (v >= 0) { tothm++; if (v <= target) methm++; else misshm = misshm " " k ":" f(v) }
             }
-            printf "#13 %s, medians: met at %d of %d sizes%s\n", bench, met, tot, (met == tot ? ": met" : "; MISSED at" miss)
-            printf "#13 %s, means: met at %d of %d sizes%s\n", bench, metm, totm, (metm == totm ? ": met" : "; MISSED at" missm)
+            printf "%s, ivshmem against native, medians: met at %d of %d sizes%s\n", bench, met, tot, (met == tot ? ": met" : "; MISSED at" miss)
+            printf "%s, ivshmem against native, means: met at %d of %d sizes%s\n", bench, metm, totm, (metm == totm ? ": met" : "; MISSED at" missm)
             if (toth) {
-                printf "#13 %s with the region heap, medians: met at %d of %d sizes%s\n", bench, meth, toth, (meth == toth ? ": met" : "; MISSED at" missh)
-                printf "#13 %s with the region heap, means: met at %d of %d sizes%s\n", bench, methm, tothm, (methm == tothm ? ": met" : "; MISSED at" misshm)
+                printf "%s with the region heap against native, medians: met at %d of %d sizes%s\n", bench, meth, toth, (meth == toth ? ": met" : "; MISSED at" missh)
+                printf "%s with the region heap against native, means: met at %d of %d sizes%s\n", bench, methm, tothm, (methm == tothm ? ": met" : "; MISSED at" misshm)
             }
         }' "$work/ivshmem.$bench" "$work/ivshmem-heap.$bench" "$work/ivshmem-p2p.$bench" "$work/native.$bench" "$work/tcp.$bench" |
         tee "$work/table.$bench"

@@ -26,7 +26,7 @@
 # in one VM, N..2N-1 in the other (vader: all 2N in one VM), rank k with
 # rank k+N; the other benchmarks run one pair.
 #
-# Under MPI_THREAD_MULTIPLE (issue #15; ivshm-osu only, set-ups ivshmem,
+# Under MPI_THREAD_MULTIPLE (ivshm-osu only, set-ups ivshmem,
 # ivshmem-heap and vader):
 #   latmt   one-thread latency, the job initialised with THREAD_MULTIPLE
 #   mtrate  4 threads per rank, thread k of rank 0 ping-pongs with thread
@@ -39,7 +39,7 @@
 #
 # Pinning: the same CPUs in every set-up. Between simulated VMs Open MPI
 # sees separate nodes and cannot bind alike, so a wrapper does: one pair on
-# CPUs 2 and 4 (as issue #12 measured), N pairs with rank r on CPU r + 1,
+# CPUs 2 and 4, N pairs with rank r on CPU r + 1,
 # mtrate's two ranks on CPUs 2-5 and 6-9 (ivshm-osu puts thread k on the
 # k-th); a job needing more CPUs than the machine has is not pinned at all.
 # --single-node binds rank r to core r (--bind-to core; mtrate: to cores
@@ -50,6 +50,7 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../tests/simvm/lib.sh"
+. "$here/bench-lib.sh"
 quick=0 osu="" out="" single=0 pairs=7 rounds=1 benches="latency bw bibw mlat put get allreduce bcast alltoall"
 while [ $# -gt 0 ]; do
     case $1 in
@@ -66,17 +67,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 work=$(mktemp -d)
-cat >"$work/pin" <<'EOF'
-#!/bin/sh
-# every rank of the job or none: the highest CPU it needs must exist
-r=$OMPI_COMM_WORLD_RANK n=$OMPI_COMM_WORLD_SIZE
-if [ "${PIN_THREADS:-1}" -gt 1 ]; then
-    c=$((2 + PIN_THREADS * r))-$((1 + PIN_THREADS * (r + 1))) top=$((1 + PIN_THREADS * n))
-elif [ "$n" = 2 ]; then c=$((2 + 2 * r)) top=4; else c=$((r + 1)) top=$n; fi
-[ "$top" -lt "$(nproc)" ] || exec "$@"
-exec taskset -c "$c" "$@"
-EOF
-chmod +x "$work/pin"
+bench_pin_wrapper "$work/pin"
 pin=""
 [ $single = 0 ] && pin=$work/pin
 if [ -z "$osu" ]; then
@@ -143,10 +134,9 @@ run() { # setup bench -> $work/setup.bench (lines "size value")
 }
 
 summary=""
-echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1); $(ompi_info 2>/dev/null | sed -n 's/^ *Open MPI: */Open MPI /p' | head -1)"
+bench_machine_note
 if [ $single = 1 ]; then echo "# one OS, rank r bound to core r (mtrate: cores 4r..4r+3)"
-elif [ "$(nproc)" -gt 4 ]; then echo "# pinning: one pair on CPUs 2 and 4, N pairs rank r on CPU r + 1, mtrate's ranks on CPUs 2-5 and 6-9 (a job needing more CPUs than there are: none of it), every set-up alike"
-else echo "# not pinned (fewer than 5 CPUs)"; fi
+else bench_pinning_note; fi
 for bench in $benches; do
     # 8 threads that wait on each other, with fewer CPUs than threads, take
     # milliseconds a message (measured on 2 CPUs): nothing to compare
@@ -176,15 +166,7 @@ for bench in $benches; do
     done
     for s in $setups; do # per size: medians over the rounds of both columns
         [ -f "$work/$s.$bench.r1" ] || continue
-        awk 'function med(v,   n, x, i, j, t) {
-                 n = split(v, x, " ")
-                 for (i = 2; i <= n; i++) for (j = i; j > 1 && x[j - 1] + 0 > x[j] + 0; j--) {
-                     t = x[j]; x[j] = x[j - 1]; x[j - 1] = t }
-                 return n % 2 ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2
-             }
-             { if (!($1 in a)) order[k++] = $1; a[$1] = a[$1] " " $2; b[$1] = b[$1] " " $3 }
-             END { for (i = 0; i < k; i++) print order[i], med(a[order[i]]), med(b[order[i]]) }' \
-            "$work/$s.$bench".r* >"$work/$s.$bench"
+        bench_median_rounds "$work/$s.$bench".r* >"$work/$s.$bench"
     done
     printf '%-9s %10s %10s %10s %10s %10s %10s %9s %9s %9s %9s %9s %9s\n' bytes ivshmem heap am vader nocma tcp \
         "ivs/vader" "heap/vad" "heap/vad~" "am/vader" "ivs/tcp" "ivs/vad~"
@@ -208,8 +190,8 @@ for bench in $benches; do
         mkdir -p "$out"
         sed 's/  */,/g' "$work/table.$bench" >"$out/$bench.csv"
     fi
-    # issue #12's targets, with the one switch (ivshmem-heap) against vader,
-    # every size, medians and means apart
+    # the point-to-point targets, with the one switch (ivshmem-heap) against
+    # vader, every size, medians and means apart
     case $bench in
     latency|mlat|bw|bibw)
         summary="$summary$(awk -v bench="$bench" '
@@ -225,14 +207,14 @@ for bench in $benches; do
             }
             END {
                 for (col = 9; col <= 10; col++) if (tot[col])
-                    printf "#12 %s, ivshmem-heap / vader %s (target %s): met at %d of %d sizes%s\n", bench,
+                    printf "%s, region heap against vader, %s (target %s): met at %d of %d sizes%s\n", bench,
                         (col == 9 ? "medians" : "means"),
                         ((bench == "latency" || bench == "mlat") ? "<= 1.05 at 8 B-4 KiB, <= 1.00 from 8 KiB" : ">= 1.00 from 8 KiB"),
                         met[col], tot[col], (met[col] == tot[col] ? ": met" : "; MISSED at" miss[col])
             }' "$work/table.$bench")
 " ;;
     esac
-    # issue #15's targets under MPI_THREAD_MULTIPLE: one thread's latency
+    # the targets under MPI_THREAD_MULTIPLE: one thread's latency
     # within 1.10x vader's, 4 threads' message rate at least 0.90x; plain
     # and with the switch, every size, medians and means apart
     case $bench in
@@ -250,7 +232,7 @@ for bench in $benches; do
             END {
                 split("ivshmem / vader medians|ivshmem / vader means|ivshmem-heap / vader medians|ivshmem-heap / vader means", k, "|")
                 for (i = 1; i <= 4; i++) if (tot[k[i]])
-                    printf "#15 %s, %s (target %s): met at %d of %d sizes%s\n", bench, k[i],
+                    printf "%s under MPI_THREAD_MULTIPLE, %s (target %s): met at %d of %d sizes%s\n", bench, k[i],
                         (bench == "latmt" ? "<= 1.10" : ">= 0.90"), met[k[i]], tot[k[i]],
                         (met[k[i]] == tot[k[i]] ? ": met" : "; MISSED at" miss[k[i]])
             }' "$work/table.$bench")

@@ -1,7 +1,7 @@
 # Sourced by the device runners: builds the tree into ./_dev from scratch
 # (the generated build system is carried along where the machine has no
 # libtool: SKIP_AUTORECONF=1), puts a carried .devtools/bin (iproute2,
-# built by benchmarks/devtools.sh) on PATH, and leaves the shell in _dev with $top the source tree and $OUT
+# built by scripts/devtools.sh) on PATH, and leaves the shell in _dev with $top the source tree and $OUT
 # (default ./device-out) created.
 OUT=${OUT:-$(pwd)/device-out}
 mkdir -p "$OUT"

@@ -3,7 +3,7 @@
 # libraries it needs, unpacked (not installed) from the package archive,
 # with .devtools/bin/ip running it. The device machines have no `ip` and no
 # package registry; carry .devtools along (the run tool's `carry`) and
-# benchmarks/device-build.sh puts .devtools/bin on PATH, so that the
+# scripts/device-build.sh puts .devtools/bin on PATH, so that the
 # simulated VMs (tests/simvm/simvm.sh) work there. Run on the Debian 12
 # development machine (apt-get download needs no root, only the archive).
 set -eu
