@@ -44,11 +44,13 @@ rc=0
 # the verbs route's files too, where libibverbs-dev and librdmacm-dev are
 verbs=
 [ -f /usr/include/infiniband/verbs.h ] && [ -f /usr/include/rdma/rdma_cma.h ] &&
-    verbs="btl_ivshmem_verbs_device.c btl_ivshmem_verbs.c btl_ivshmem_verbs_module.c"
-for f in btl_ivshmem_component.c btl_ivshmem_module.c btl_ivshmem_heap.c mpool_ivshmem_component.c $verbs; do
+    verbs="btl/btl_ivshmem_verbs_device.c btl/btl_ivshmem_verbs.c btl/btl_ivshmem_verbs_module.c"
+for f in btl/btl_ivshmem_component.c btl/btl_ivshmem_module.c btl/btl_ivshmem_send.c \
+    btl/btl_ivshmem_rdma.c btl/btl_ivshmem_heap.c mpool/mpool_ivshmem_component.c $verbs; do
     if gcc -std=gnu11 ${verbs:+-DIVSHMEM_HAVE_VERBS=1} -Wall -Wextra -Werror -mcx16 -c -o /dev/null \
         -I"$inc/openmpi" -I"$src" -I"$src/opal/include" -I"$inc" -I"$pmix" \
-        -I"$cache/root/usr/include" -I"$top/libivshm/include" "$top/mpi-plugin/$f"; then
+        -I"$cache/root/usr/include" -I"$top/libivshm/include" -I"$top/mpi-plugin" \
+        -I"$top/mpi-plugin/btl" "$top/mpi-plugin/$f"; then
         echo "check-ompi5: ok: $f against Open MPI ${ver:-5.x}"
     else
         echo "check-ompi5: FAIL: $f against Open MPI ${ver:-5.x}"; rc=1

@@ -19,10 +19,10 @@ else
     diff /tmp/ivshm-config.$$ "$(grep '^| `IVSHM_' "$doc" >/tmp/ivshm-doc.$$; echo /tmp/ivshm-doc.$$)"
 fi
 rm -f /tmp/ivshm-config.$$ /tmp/ivshm-doc.$$
-so="$b/mpi-plugin/.libs/mca_btl_ivshmem.so"
+so="$b/mpi-plugin/btl/.libs/mca_btl_ivshmem.so"
 if [ -f "$so" ] && command -v ompi_info >/dev/null; then
     sys=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed 's/^path:pkglibdir://')
-    info=$(OMPI_MCA_mca_base_component_path="$b/mpi-plugin/.libs:$sys" \
+    info=$(OMPI_MCA_mca_base_component_path="$(dirname "$so"):$sys" \
         ompi_info --param btl ivshmem --level 9 --parsable 2>/dev/null)
     rows=0 bad=0
     for row in $(sed -n 's/^| `\(btl_ivshmem_[a-z_]*\)` | \([0-9]*\) |$/\1=\2/p' "$doc"); do
@@ -57,10 +57,10 @@ else
     echo "note: MPI component not built; its defaults not checked"
 fi
 # docs/collectives.md: coll ivshmem's single-valued defaults
-so="$b/mpi-plugin/.libs/mca_coll_ivshmem.so"
+so="$b/mpi-plugin/coll/.libs/mca_coll_ivshmem.so"
 if [ -f "$so" ] && command -v ompi_info >/dev/null; then
     sys=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed 's/^path:pkglibdir://')
-    info=$(OMPI_MCA_mca_base_component_path="$b/mpi-plugin/.libs:$sys" \
+    info=$(OMPI_MCA_mca_base_component_path="$(dirname "$so"):$sys" \
         ompi_info --param coll ivshmem --level 9 --parsable 2>/dev/null)
     rows=0 bad=0
     for row in $(sed -n 's/^| `\(coll_ivshmem_[a-z_]*\)` | \([0-9a-z][0-9a-z]*\) | .*/\1=\2/p' "$s/docs/collectives.md"); do

@@ -10,7 +10,7 @@ skip() {
 # install_mpi_component ROOT BUILD SRC: the component where Debian's Open
 # MPI looks for it in the guest's root file system, with its help file
 install_mpi_component() {
-    cp "$2/mpi-plugin/.libs/mca_btl_ivshmem.so" "$2/mpi-plugin/.libs/mca_mpool_ivshmem.so" \
+    cp "$2/mpi-plugin/btl/.libs/mca_btl_ivshmem.so" "$2/mpi-plugin/mpool/.libs/mca_mpool_ivshmem.so" \
         "$1/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/"
-    cp "$3/mpi-plugin/help-mpi-btl-ivshmem.txt" "$1/usr/share/openmpi/"
+    cp "$3/mpi-plugin/btl/help-mpi-btl-ivshmem.txt" "$1/usr/share/openmpi/"
 }

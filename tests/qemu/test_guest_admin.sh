@@ -32,7 +32,7 @@ trap "exit 1" INT TERM
 . "$s/tests/qemu/guest-lib.sh"
 [ "$(id -u)" = 0 ] || skip "needs root (chroot, debootstrap)"
 command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64"
-so=$b/mpi-plugin/.libs/mca_btl_ivshmem.so
+so=$b/mpi-plugin/btl/.libs/mca_btl_ivshmem.so
 [ -f "$so" ] || skip "the MPI component was not built"
 command -v mpicc >/dev/null || skip "no mpicc"
 sh "$s/tests/qemu/guest-kit.sh" "$kit" || skip "no guest kernel kit (apt-get update first?)"

@@ -35,7 +35,7 @@ trap "exit 1" INT TERM
 [ "$(id -u)" = 0 ] || skip "needs root (network namespace, tap devices)"
 command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64"
 [ -c /dev/net/tun ] || skip "no /dev/net/tun"
-so=$b/mpi-plugin/.libs/mca_btl_ivshmem.so
+so=$b/mpi-plugin/btl/.libs/mca_btl_ivshmem.so
 [ -f "$so" ] || skip "the MPI component was not built"
 nm -D "$so" | grep -q rdma_create_id || skip "the component was built without its verbs route"
 command -v mpicc >/dev/null || skip "no mpicc"

@@ -19,7 +19,9 @@ if [ "$(id -u)" = 0 ] && [ -z "${SIMVM_LOCK_HELD:-}" ] && command -v flock >/dev
     export SIMVM_LOCK_HELD
 fi
 OMPI_SYS_COMPONENTS=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed 's/^path:pkglibdir://')
-IVSHM_HELP_DIR="$top_srcdir/mpi-plugin"
+IVSHM_HELP_DIR="$top_srcdir/mpi-plugin/btl"
+# the components of this build tree (one folder each), ahead of Open MPI's
+IVSHM_COMPONENTS="$top_builddir/mpi-plugin/btl/.libs:$top_builddir/mpi-plugin/mpool/.libs:$top_builddir/mpi-plugin/coll/.libs"
 export IVSHM_HELP_DIR
 
 # Settings some machines put in the environment would break the simulated
@@ -44,7 +46,7 @@ simvm_mpirun() {
     ${SIMVM_TIMEOUT:+timeout "$SIMVM_TIMEOUT"} mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" --host "$hosts" \
         --mca plm_rsh_agent "$top_srcdir/tests/simvm/agent" \
         --mca oob_tcp_if_include 10.200.0.0/24 --mca btl_tcp_if_include 10.200.0.0/24 \
-        --mca mca_base_component_path "$top_builddir/mpi-plugin/.libs:$OMPI_SYS_COMPONENTS" \
+        --mca mca_base_component_path "$IVSHM_COMPONENTS:$OMPI_SYS_COMPONENTS" \
         --mca orte_base_help_aggregate 0 -x IVSHM_HELP_DIR \
         --mca orte_default_hostfile none \
         --mca pml ob1 --mca osc pt2pt \
@@ -62,7 +64,7 @@ single_node_mpirun() {
     shift
     ${SIMVM_TIMEOUT:+timeout "$SIMVM_TIMEOUT"} mpirun --allow-run-as-root -np "$np" \
         --mca plm_rsh_agent /bin/false \
-        --mca mca_base_component_path "$top_builddir/mpi-plugin/.libs:$OMPI_SYS_COMPONENTS" \
+        --mca mca_base_component_path "$IVSHM_COMPONENTS:$OMPI_SYS_COMPONENTS" \
         --mca pml ob1 --mca osc pt2pt --mca btl_ivshmem_same_vm 1 \
         -x IVSHM_REGION -x IVSHM_HELP_DIR "$@"
 }
@@ -83,6 +85,6 @@ simvm_format() { # formats every host's region
 simvm_require() {
     [ "$(id -u)" = 0 ] || { echo "SKIP: needs root for namespaces"; exit 77; }
     command -v mpirun >/dev/null && command -v mpicc >/dev/null || { echo "SKIP: no Open MPI"; exit 77; }
-    [ -f "$top_builddir/mpi-plugin/.libs/mca_btl_ivshmem.so" ] || { echo "SKIP: component not built"; exit 77; }
+    [ -f "$top_builddir/mpi-plugin/btl/.libs/mca_btl_ivshmem.so" ] || { echo "SKIP: component not built"; exit 77; }
     ip netns add ivsprobe 2>/dev/null && ip netns del ivsprobe || { echo "SKIP: no network namespaces"; exit 77; }
 }

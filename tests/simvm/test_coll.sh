@@ -19,7 +19,7 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 simvm_require
-[ -f "$top_builddir/mpi-plugin/.libs/mca_coll_ivshmem.so" ] ||
+[ -f "$top_builddir/mpi-plugin/coll/.libs/mca_coll_ivshmem.so" ] ||
     { echo "SKIP: coll ivshmem not built (no libmpi to link)"; exit 77; }
 
 work=$(mktemp -d)

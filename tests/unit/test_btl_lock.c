@@ -1,5 +1,5 @@
 /*
- * The BTL's lock under MPI_THREAD_MULTIPLE (mpi-plugin/btl_ivshmem_lock.c),
+ * The BTL's lock under MPI_THREAD_MULTIPLE (mpi-plugin/btl/btl_ivshmem_lock.c),
  * with real threads: recursion within a thread, exclusion between threads,
  * and counters that threads change only under it, taken as senders do
  * (take) and as progress does (try, and return when it is held). The
@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "../../mpi-plugin/btl_ivshmem_lock.h"
+#include "../../mpi-plugin/btl/btl_ivshmem_lock.h"
 
 #include <pthread.h>
 

@@ -19,17 +19,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#define C (&mca_btl_ivshmem_component)
-#define V (&ivshmem_verbs)
 
 ivshmem_verbs_conn_t *ivshmem_verbs_conn_for(uint32_t vpid, const char **why)
 {
-    if (vpid >= V->nconns) {
+    if (vpid >= IVSHMEM_VERBS->nconns) {
         *why = "rank beyond the job's size";
         return NULL;
     }
-    if (V->conns[vpid])
-        return V->conns[vpid];
+    if (IVSHMEM_VERBS->conns[vpid])
+        return IVSHMEM_VERBS->conns[vpid];
     opal_process_name_t name = OPAL_PROC_MY_NAME;
     name.vpid = vpid;
     mca_btl_ivshmem_modex_t *mx = mca_btl_ivshmem_modex_get(&name);
@@ -68,7 +66,7 @@ ivshmem_verbs_conn_t *ivshmem_verbs_conn_for(uint32_t vpid, const char **why)
             *why = "out of memory";
         } else {
             ep->vc = vc;
-            V->conns[vpid] = vc;
+            IVSHMEM_VERBS->conns[vpid] = vc;
         }
     }
     free(mx);
@@ -85,7 +83,7 @@ static int verbs_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
     for (size_t i = 0; i < nprocs; i++) {
         opal_proc_t *proc = procs[i];
         peers[i] = NULL;
-        if (proc == self || !V->conns ||
+        if (proc == self || !IVSHMEM_VERBS->conns ||
             proc->proc_name.jobid != self->proc_name.jobid ||
             OPAL_PROC_ON_LOCAL_NODE(proc->proc_flags))
             continue;
@@ -93,7 +91,7 @@ static int verbs_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
         const char *why = NULL;
         ivshmem_verbs_conn_t *vc = ivshmem_verbs_conn_for(vpid, &why);
         if (!vc) {
-            opal_output_verbose(1, C->output,
+            opal_output_verbose(1, IVSHMEM_COMPONENT->output,
                                 "btl ivshmem: verbs: rank %u: %s", vpid, why);
             continue;
         }
@@ -102,7 +100,7 @@ static int verbs_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
         peers[i] = ep;
         if (reachable)
             opal_bitmap_set_bit(reachable, (int)i);
-        opal_output_verbose(1, C->output,
+        opal_output_verbose(1, IVSHMEM_COMPONENT->output,
                             "btl ivshmem: rank %u -> rank %u: other host: "
                             "reached through verbs",
                             (unsigned)self->proc_name.vpid, vpid);
@@ -113,11 +111,12 @@ static int verbs_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
 static void drop_peer(struct mca_btl_base_endpoint_t *ep)
 {
     ivshmem_verbs_conn_t *vc = ep->vc;
-    if (C->stats)
+    if (IVSHMEM_COMPONENT->stats)
         mca_btl_ivshmem_print_stats(ep, "verbs");
     if (vc) {
-        if (ep->vpid < V->nconns && V->conns[ep->vpid] == vc)
-            V->conns[ep->vpid] = NULL;
+        if (ep->vpid < IVSHMEM_VERBS->nconns &&
+            IVSHMEM_VERBS->conns[ep->vpid] == vc)
+            IVSHMEM_VERBS->conns[ep->vpid] = NULL;
         ivshmem_verbs_conn_free(vc);
     }
     OBJ_DESTRUCT(&ep->pending);
@@ -139,9 +138,9 @@ static int verbs_del_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
 static int verbs_finalize(struct mca_btl_base_module_t *btl)
 {
     (void)btl;
-    for (uint32_t i = 0; V->conns && i < V->nconns; i++)
-        if (V->conns[i])
-            drop_peer(V->conns[i]->ep);
+    for (uint32_t i = 0; IVSHMEM_VERBS->conns && i < IVSHMEM_VERBS->nconns; i++)
+        if (IVSHMEM_VERBS->conns[i])
+            drop_peer(IVSHMEM_VERBS->conns[i]->ep);
     ivshmem_verbs_teardown();
     return OPAL_SUCCESS;
 }
@@ -161,7 +160,7 @@ verbs_alloc(struct mca_btl_base_module_t *btl,
     if (size > btl->btl_max_send_size)
         return NULL;
     ivshmem_verbs_frag_t *f =
-        (ivshmem_verbs_frag_t *)opal_free_list_get(&V->frags);
+        (ivshmem_verbs_frag_t *)opal_free_list_get(&IVSHMEM_VERBS->frags);
     if (!f)
         return NULL;
     f->hdr = (ivshmem_verbs_hdr_t *)f->base.super.ptr;
@@ -181,7 +180,7 @@ static int verbs_free(struct mca_btl_base_module_t *btl,
                       mca_btl_base_descriptor_t *des)
 {
     (void)btl;
-    opal_free_list_return(&V->frags, (opal_free_list_item_t *)des);
+    opal_free_list_return(&IVSHMEM_VERBS->frags, (opal_free_list_item_t *)des);
     return OPAL_SUCCESS;
 }
 
@@ -233,7 +232,7 @@ static int verbs_sendi(struct mca_btl_base_module_t *btl,
     size_t total = header_size + payload_size;
     if (total > btl->btl_eager_limit || vc->state != VC_CONNECTED ||
         !opal_list_is_empty(&vc->pending) || vc->credits <= 1 ||
-        vc->sq_used >= V->sq_depth) {
+        vc->sq_used >= IVSHMEM_VERBS->sq_depth) {
         /* not now: ob1 sends through the descriptor it gets back, and our
          * send starts the connection (a request ob1 parked would only
          * come back here, and never connect) */
@@ -294,8 +293,10 @@ verbs_register_mem(struct mca_btl_base_module_t *btl,
     (void)endpoint;
     mca_rcache_base_registration_t *reg = NULL;
     int access = (int)(flags & MCA_BTL_REG_FLAG_ACCESS_ANY);
-    if (!V->rcache || V->rcache->rcache_register(V->rcache, base, size, 0,
-                                                 access, &reg) != OPAL_SUCCESS ||
+    if (!IVSHMEM_VERBS->rcache ||
+        IVSHMEM_VERBS->rcache->rcache_register(IVSHMEM_VERBS->rcache, base,
+                                               size, 0, access,
+                                               &reg) != OPAL_SUCCESS ||
         !reg)
         return NULL;
     return (struct mca_btl_base_registration_handle_t *)&((ivshmem_verbs_reg_t *)reg)->handle;
@@ -307,7 +308,7 @@ static int verbs_deregister_mem(struct mca_btl_base_module_t *btl,
     (void)btl;
     ivshmem_verbs_reg_t *r =
         (ivshmem_verbs_reg_t *)((char *)h - offsetof(ivshmem_verbs_reg_t, handle));
-    V->rcache->rcache_deregister(V->rcache, &r->base);
+    IVSHMEM_VERBS->rcache->rcache_deregister(IVSHMEM_VERBS->rcache, &r->base);
     return OPAL_SUCCESS;
 }
 
@@ -320,7 +321,7 @@ void ivshmem_verbs_rdma_done(ivshmem_verbs_frag_t *f, int status)
     }
     f->cbfunc(&mca_btl_ivshmem_verbs_module, f->ep, f->local_address,
               f->local_handle, f->cbcontext, f->cbdata, status);
-    opal_free_list_return(&V->rdma_frags, &f->base.super);
+    opal_free_list_return(&IVSHMEM_VERBS->rdma_frags, &f->base.super);
 }
 
 /* RDMA read (get) or write (put) of size bytes, as work requests of at
@@ -341,10 +342,11 @@ static int verbs_rdma(struct mca_btl_base_endpoint_t *ep, bool put,
         return OPAL_ERR_BAD_PARAM;
     if (vc->state == VC_CLOSED)
         return OPAL_ERR_UNREACH;
-    if (vc->state != VC_CONNECTED || vc->sq_used + nwr > V->sq_depth)
+    if (vc->state != VC_CONNECTED ||
+        vc->sq_used + nwr > IVSHMEM_VERBS->sq_depth)
         return OPAL_ERR_OUT_OF_RESOURCE; /* ob1 retries */
     ivshmem_verbs_frag_t *f =
-        (ivshmem_verbs_frag_t *)opal_free_list_get(&V->rdma_frags);
+        (ivshmem_verbs_frag_t *)opal_free_list_get(&IVSHMEM_VERBS->rdma_frags);
     if (!f)
         return OPAL_ERR_OUT_OF_RESOURCE;
     ivshmem_verbs_handle_t lh, rh;
@@ -376,7 +378,8 @@ static int verbs_rdma(struct mca_btl_base_endpoint_t *ep, bool put,
         if (err != 0) {
             ivshmem_verbs_fatal(ep, "cannot post an RDMA transfer");
             if (k == 0) {
-                opal_free_list_return(&V->rdma_frags, &f->base.super);
+                opal_free_list_return(&IVSHMEM_VERBS->rdma_frags,
+                                      &f->base.super);
                 return OPAL_ERROR;
             }
             f->wr_left -= nwr - k;
@@ -411,7 +414,7 @@ static int verbs_register_error(struct mca_btl_base_module_t *btl,
                                 mca_btl_base_module_error_cb_fn_t cbfunc)
 {
     (void)btl;
-    V->error_cb = cbfunc;
+    IVSHMEM_VERBS->error_cb = cbfunc;
     return OPAL_SUCCESS;
 }
 

@@ -33,8 +33,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define C (&mca_btl_ivshmem_component)
-#define V (&ivshmem_verbs)
 
 static uint64_t now_ns(void)
 {
@@ -50,7 +48,7 @@ static void destroy_id(struct rdma_cm_id *id)
 {
     if (id->qp) {
         rdma_destroy_qp(id);
-        V->qps--;
+        IVSHMEM_VERBS->qps--;
     }
     rdma_destroy_id(id);
 }
@@ -72,7 +70,7 @@ void ivshmem_verbs_conn_free(ivshmem_verbs_conn_t *vc)
     if (!vc)
         return;
     if (vc->state == VC_CONNECTING || vc->state == VC_ACCEPTING)
-        V->connecting--;
+        IVSHMEM_VERBS->connecting--;
     conn_release_qp(vc);
     if (vc->rmr)
         ibv_dereg_mr(vc->rmr);
@@ -100,18 +98,19 @@ ivshmem_verbs_conn_t *ivshmem_verbs_conn_new(struct mca_btl_base_endpoint_t *ep,
 
 void ivshmem_verbs_fatal(struct mca_btl_base_endpoint_t *ep, const char *what)
 {
-    if (V->failed)
+    if (IVSHMEM_VERBS->failed)
         return;
-    V->failed = true;
+    IVSHMEM_VERBS->failed = true;
     char host[256] = "?";
     gethostname(host, sizeof(host));
     opal_output(0, "btl ivshmem: verbs route from rank %u on %s to rank %u "
                    "failed: %s; the job cannot continue",
                 (unsigned)OPAL_PROC_MY_NAME.vpid, host,
                 ep ? ep->vpid : UINT32_MAX, what);
-    if (V->error_cb)
-        V->error_cb(&mca_btl_ivshmem_verbs_module, MCA_BTL_ERROR_FLAGS_FATAL,
-                    ep ? ep->proc : NULL, "btl ivshmem: verbs route failed");
+    if (IVSHMEM_VERBS->error_cb)
+        IVSHMEM_VERBS->error_cb(&mca_btl_ivshmem_verbs_module,
+                                MCA_BTL_ERROR_FLAGS_FATAL, ep ? ep->proc : NULL,
+                                "btl ivshmem: verbs route failed");
     else
         abort();
 }
@@ -126,7 +125,7 @@ static void conn_fail(ivshmem_verbs_conn_t *vc, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     if (vc->state == VC_CONNECTING || vc->state == VC_ACCEPTING)
-        V->connecting--;
+        IVSHMEM_VERBS->connecting--;
     vc->state = VC_CLOSED;
     ivshmem_verbs_fatal(vc->ep, msg);
 }
@@ -134,8 +133,9 @@ static void conn_fail(ivshmem_verbs_conn_t *vc, const char *fmt, ...)
 static int post_recv(ivshmem_verbs_conn_t *vc, uint32_t idx)
 {
     struct ibv_sge sge = {
-        .addr = (uintptr_t)(vc->rbuf + (size_t)idx * V->self.buf_size),
-        .length = V->self.buf_size,
+        .addr =
+            (uintptr_t)(vc->rbuf + (size_t)idx * IVSHMEM_VERBS->self.buf_size),
+        .length = IVSHMEM_VERBS->self.buf_size,
         .lkey = vc->rmr->lkey,
     };
     struct ibv_recv_wr wr = {.wr_id = (uintptr_t)&vc->rslots[idx].wr,
@@ -145,7 +145,7 @@ static int post_recv(ivshmem_verbs_conn_t *vc, uint32_t idx)
 
 static int post_all_recvs(ivshmem_verbs_conn_t *vc)
 {
-    for (uint32_t i = 0; i < V->rq_depth; i++)
+    for (uint32_t i = 0; i < IVSHMEM_VERBS->rq_depth; i++)
         if (post_recv(vc, i) != 0)
             return -1;
     return 0;
@@ -156,40 +156,43 @@ static int post_all_recvs(ivshmem_verbs_conn_t *vc)
  * number of queue pairs. */
 static int make_qp(ivshmem_verbs_conn_t *vc, struct rdma_cm_id *id)
 {
-    int need = (int)(V->qps + 1) * (int)(V->sq_depth + V->rq_depth);
-    if (need > V->cq_size) {
+    int need = (int)(IVSHMEM_VERBS->qps + 1) *
+               (int)(IVSHMEM_VERBS->sq_depth + IVSHMEM_VERBS->rq_depth);
+    if (need > IVSHMEM_VERBS->cq_size) {
         int want = need * 2;
-        if (ibv_resize_cq(V->cq, want) != 0)
+        if (ibv_resize_cq(IVSHMEM_VERBS->cq, want) != 0)
             return -1;
-        V->cq_size = want;
+        IVSHMEM_VERBS->cq_size = want;
     }
     struct ibv_qp_init_attr qa;
     memset(&qa, 0, sizeof(qa));
-    qa.send_cq = qa.recv_cq = V->cq;
+    qa.send_cq = qa.recv_cq = IVSHMEM_VERBS->cq;
     qa.qp_type = IBV_QPT_RC;
     qa.sq_sig_all = 1;
-    qa.cap.max_send_wr = V->sq_depth;
-    qa.cap.max_recv_wr = V->rq_depth;
+    qa.cap.max_send_wr = IVSHMEM_VERBS->sq_depth;
+    qa.cap.max_recv_wr = IVSHMEM_VERBS->rq_depth;
     qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
     qa.cap.max_inline_data = 64;
-    if (rdma_create_qp(id, V->pd, &qa) != 0) {
+    if (rdma_create_qp(id, IVSHMEM_VERBS->pd, &qa) != 0) {
         qa.cap.max_inline_data = 0;
-        if (rdma_create_qp(id, V->pd, &qa) != 0)
+        if (rdma_create_qp(id, IVSHMEM_VERBS->pd, &qa) != 0)
             return -1;
     }
-    V->qps++;
+    IVSHMEM_VERBS->qps++;
     vc->max_inline = qa.cap.max_inline_data;
     if (!vc->rbuf) {
-        size_t bytes = (size_t)V->rq_depth * V->self.buf_size;
+        size_t bytes =
+            (size_t)IVSHMEM_VERBS->rq_depth * IVSHMEM_VERBS->self.buf_size;
         if (posix_memalign((void **)&vc->rbuf, 4096, bytes) != 0) {
             vc->rbuf = NULL;
             return -1;
         }
-        vc->rslots = calloc(V->rq_depth, sizeof(*vc->rslots));
-        vc->rmr = ibv_reg_mr(V->pd, vc->rbuf, bytes, IBV_ACCESS_LOCAL_WRITE);
+        vc->rslots = calloc(IVSHMEM_VERBS->rq_depth, sizeof(*vc->rslots));
+        vc->rmr = ibv_reg_mr(IVSHMEM_VERBS->pd, vc->rbuf, bytes,
+                             IBV_ACCESS_LOCAL_WRITE);
         if (!vc->rslots || !vc->rmr)
             return -1;
-        for (uint32_t i = 0; i < V->rq_depth; i++) {
+        for (uint32_t i = 0; i < IVSHMEM_VERBS->rq_depth; i++) {
             vc->rslots[i].wr.kind = VWR_RECV;
             vc->rslots[i].conn = vc;
             vc->rslots[i].idx = i;
@@ -204,22 +207,22 @@ static void conn_params(struct rdma_conn_param *cp, ivshmem_verbs_conn_data_t *d
     d->magic = IVSHMEM_VERBS_CONN_MAGIC;
     d->jobid = (uint32_t)OPAL_PROC_MY_NAME.jobid;
     d->vpid = (uint32_t)OPAL_PROC_MY_NAME.vpid;
-    d->rq_depth = (uint16_t)V->rq_depth;
+    d->rq_depth = (uint16_t)IVSHMEM_VERBS->rq_depth;
     memset(cp, 0, sizeof(*cp));
     cp->private_data = d;
     cp->private_data_len = sizeof(*d);
     cp->responder_resources = 1;
     cp->initiator_depth = 1;
-    cp->retry_count = (uint8_t)(V->retry_count & 7);
-    cp->rnr_retry_count = (uint8_t)(V->rnr_retry & 7);
+    cp->retry_count = (uint8_t)(IVSHMEM_VERBS->retry_count & 7);
+    cp->rnr_retry_count = (uint8_t)(IVSHMEM_VERBS->rnr_retry & 7);
 }
 
 static void start_connect(ivshmem_verbs_conn_t *vc)
 {
     vc->state = VC_CONNECTING;
     vc->started_ns = now_ns();
-    V->connecting++;
-    if (rdma_create_id(V->ech, &vc->out_id, vc, RDMA_PS_TCP) != 0) {
+    IVSHMEM_VERBS->connecting++;
+    if (rdma_create_id(IVSHMEM_VERBS->ech, &vc->out_id, vc, RDMA_PS_TCP) != 0) {
         vc->out_id = NULL;
         conn_fail(vc, "rdma_create_id: %s", strerror(errno));
         return;
@@ -227,20 +230,21 @@ static void start_connect(ivshmem_verbs_conn_t *vc)
     struct sockaddr_in src, dst;
     memset(&src, 0, sizeof(src));
     src.sin_family = AF_INET;
-    src.sin_addr.s_addr = V->self.ipv4;
+    src.sin_addr.s_addr = IVSHMEM_VERBS->self.ipv4;
     memset(&dst, 0, sizeof(dst));
     dst.sin_family = AF_INET;
     dst.sin_addr.s_addr = vc->addr.ipv4;
     dst.sin_port = vc->addr.port;
     if (rdma_resolve_addr(vc->out_id, (struct sockaddr *)&src,
-                          (struct sockaddr *)&dst, V->resolve_timeout_ms) != 0)
+                          (struct sockaddr *)&dst,
+                          IVSHMEM_VERBS->resolve_timeout_ms) != 0)
         conn_fail(vc, "rdma_resolve_addr: %s", strerror(errno));
 }
 
 static bool can_send(const ivshmem_verbs_conn_t *vc)
 {
     return vc->state == VC_CONNECTED && vc->credits > 1 &&
-           vc->sq_used < V->sq_depth;
+           vc->sq_used < IVSHMEM_VERBS->sq_depth;
 }
 
 static int do_post(ivshmem_verbs_conn_t *vc, ivshmem_verbs_frag_t *f)
@@ -272,11 +276,12 @@ static int do_post(ivshmem_verbs_conn_t *vc, ivshmem_verbs_frag_t *f)
  * data message goes back to carry them. It may spend the last credit. */
 static void maybe_send_credits(ivshmem_verbs_conn_t *vc)
 {
-    if (vc->state != VC_CONNECTED || vc->owed < V->rq_depth / 2 ||
-        vc->credits < 1 || vc->sq_used >= V->sq_depth ||
+    if (vc->state != VC_CONNECTED || vc->owed < IVSHMEM_VERBS->rq_depth / 2 ||
+        vc->credits < 1 || vc->sq_used >= IVSHMEM_VERBS->sq_depth ||
         !opal_list_is_empty(&vc->pending))
         return;
-    ivshmem_verbs_frag_t *f = (ivshmem_verbs_frag_t *)opal_free_list_get(&V->frags);
+    ivshmem_verbs_frag_t *f =
+        (ivshmem_verbs_frag_t *)opal_free_list_get(&IVSHMEM_VERBS->frags);
     if (!f)
         return;
     f->hdr = (ivshmem_verbs_hdr_t *)f->base.super.ptr;
@@ -288,7 +293,7 @@ static void maybe_send_credits(ivshmem_verbs_conn_t *vc)
     f->hdr->type = IVSHMEM_VERBS_CREDIT;
     f->hdr->len = 0;
     if (do_post(vc, f) != OPAL_SUCCESS)
-        opal_free_list_return(&V->frags, &f->base.super);
+        opal_free_list_return(&IVSHMEM_VERBS->frags, &f->base.super);
 }
 
 static int flush_pending(ivshmem_verbs_conn_t *vc)
@@ -327,10 +332,11 @@ int ivshmem_verbs_post_send(ivshmem_verbs_conn_t *vc, ivshmem_verbs_frag_t *f)
 static void conn_up(ivshmem_verbs_conn_t *vc)
 {
     if (vc->state == VC_CONNECTING || vc->state == VC_ACCEPTING)
-        V->connecting--;
+        IVSHMEM_VERBS->connecting--;
     if (vc->state != VC_CONNECTED)
-        opal_output_verbose(2, C->output, "btl ivshmem: verbs: rank %u "
-                                          "connected",
+        opal_output_verbose(2, IVSHMEM_COMPONENT->output,
+                            "btl ivshmem: verbs: rank %u "
+                            "connected",
                             vc->ep->vpid);
     vc->state = VC_CONNECTED;
 }
@@ -348,15 +354,15 @@ static void on_connect_request(struct rdma_cm_id *id,
     uint32_t me = (uint32_t)OPAL_PROC_MY_NAME.vpid;
     const char *why = "not from a rank of this job";
     if (len >= sizeof(*d) && d->magic == IVSHMEM_VERBS_CONN_MAGIC &&
-        d->jobid == (uint32_t)OPAL_PROC_MY_NAME.jobid && d->vpid < V->nconns &&
-        d->vpid != me && d->rq_depth >= 2)
+        d->jobid == (uint32_t)OPAL_PROC_MY_NAME.jobid &&
+        d->vpid < IVSHMEM_VERBS->nconns && d->vpid != me && d->rq_depth >= 2)
         vc = ivshmem_verbs_conn_for(d->vpid, &why);
     if (vc && (vc->state == VC_CONNECTED || vc->state == VC_ACCEPTING ||
                vc->state == VC_CLOSED))
         why = "already connected";
     if (!vc || vc->state == VC_CONNECTED || vc->state == VC_ACCEPTING ||
         vc->state == VC_CLOSED) {
-        opal_output_verbose(1, C->output,
+        opal_output_verbose(1, IVSHMEM_COMPONENT->output,
                             "btl ivshmem: verbs: refused a connection request "
                             "(%s)",
                             why);
@@ -378,7 +384,7 @@ static void on_connect_request(struct rdma_cm_id *id,
         vc->out_id = NULL;
     }
     if (vc->state == VC_IDLE) {
-        V->connecting++;
+        IVSHMEM_VERBS->connecting++;
         vc->started_ns = now_ns();
     }
     vc->state = VC_ACCEPTING;
@@ -428,10 +434,10 @@ static void on_event(struct rdma_cm_event *ev)
     const char *peer = ip_str(vc->addr.ipv4, ipb);
     switch (type) {
     case RDMA_CM_EVENT_ADDR_RESOLVED: {
-        uint8_t t = (uint8_t)V->ack_timeout;
+        uint8_t t = (uint8_t)IVSHMEM_VERBS->ack_timeout;
         (void)rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
                               &t, sizeof(t));
-        if (rdma_resolve_route(id, V->resolve_timeout_ms) != 0)
+        if (rdma_resolve_route(id, IVSHMEM_VERBS->resolve_timeout_ms) != 0)
             conn_fail(vc, "rdma_resolve_route to %s: %s", peer, strerror(errno));
         break;
     }
@@ -491,8 +497,9 @@ static void on_event(struct rdma_cm_event *ev)
                       vc->ep->vpid, peer,
                       vc->sq_used + (uint32_t)opal_list_get_size(&vc->pending));
         } else {
-            opal_output_verbose(1, C->output, "btl ivshmem: verbs: rank %u "
-                                              "closed its connection",
+            opal_output_verbose(1, IVSHMEM_COMPONENT->output,
+                                "btl ivshmem: verbs: rank %u "
+                                "closed its connection",
                                 vc->ep->vpid);
             vc->state = VC_CLOSED;
         }
@@ -509,21 +516,26 @@ static int cm_progress(void)
 {
     int n = 0;
     struct rdma_cm_event *ev;
-    while (V->ech && rdma_get_cm_event(V->ech, &ev) == 0) {
+    while (IVSHMEM_VERBS->ech &&
+           rdma_get_cm_event(IVSHMEM_VERBS->ech, &ev) == 0) {
         on_event(ev);
         n++;
     }
-    if (V->connecting) {
-        uint64_t t = now_ns(), limit = (uint64_t)V->connect_timeout_s * 1000000000ull;
+    if (IVSHMEM_VERBS->connecting) {
+        uint64_t t = now_ns(),
+                 limit =
+                     (uint64_t)IVSHMEM_VERBS->connect_timeout_s * 1000000000ull;
         char ipb[INET_ADDRSTRLEN];
-        for (uint32_t i = 0; i < V->nconns; i++) {
-            ivshmem_verbs_conn_t *vc = V->conns[i];
+        for (uint32_t i = 0; i < IVSHMEM_VERBS->nconns; i++) {
+            ivshmem_verbs_conn_t *vc = IVSHMEM_VERBS->conns[i];
             if (vc && (vc->state == VC_CONNECTING || vc->state == VC_ACCEPTING) &&
                 t - vc->started_ns > limit)
-                conn_fail(vc, "no connection to rank %u at %s:%u after %d s "
-                              "(btl_ivshmem_verbs_connect_timeout)",
+                conn_fail(vc,
+                          "no connection to rank %u at %s:%u after %d s "
+                          "(btl_ivshmem_verbs_connect_timeout)",
                           vc->ep->vpid, ip_str(vc->addr.ipv4, ipb),
-                          ntohs(vc->addr.port), V->connect_timeout_s);
+                          ntohs(vc->addr.port),
+                          IVSHMEM_VERBS->connect_timeout_s);
         }
     }
     return n;
@@ -541,7 +553,9 @@ static void on_recv(ivshmem_verbs_rslot_t *s, uint32_t byte_len)
     if (vc->state != VC_CONNECTED)
         return;
     const ivshmem_verbs_hdr_t *h =
-        (const ivshmem_verbs_hdr_t *)(vc->rbuf + (size_t)s->idx * V->self.buf_size);
+        (const ivshmem_verbs_hdr_t *)(vc->rbuf +
+                                      (size_t)s->idx *
+                                          IVSHMEM_VERBS->self.buf_size);
     ivshmem_verbs_hdr_t hd;
     if (byte_len < sizeof(hd)) {
         conn_fail(vc, "a message of %u bytes (shorter than its header)", byte_len);
@@ -572,15 +586,16 @@ static void on_recv(ivshmem_verbs_rslot_t *s, uint32_t byte_len)
 
 int ivshmem_verbs_progress(void)
 {
-    if (!V->cq)
+    if (!IVSHMEM_VERBS->cq)
         return 0;
     int n = 0;
-    if (V->connecting || (++V->progress_calls & 127) == 0)
+    if (IVSHMEM_VERBS->connecting ||
+        (++IVSHMEM_VERBS->progress_calls & 127) == 0)
         n += cm_progress();
-    if (V->qps == 0)
+    if (IVSHMEM_VERBS->qps == 0)
         return n; /* nothing can complete: no CQ poll on the region's path */
     struct ibv_wc wc[16];
-    int k = ibv_poll_cq(V->cq, 16, wc);
+    int k = ibv_poll_cq(IVSHMEM_VERBS->cq, 16, wc);
     for (int i = 0; i < k; i++) {
         ivshmem_verbs_wr_t *w = (ivshmem_verbs_wr_t *)(uintptr_t)wc[i].wr_id;
         if (w->kind == VWR_RECV) {

@@ -118,19 +118,14 @@ static int ivshmem_register(void)
     reg_var("stats", "Print per-peer message counters of this BTL at finalize",
             MCA_BASE_VAR_TYPE_BOOL, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_LOCAL,
             &c->stats);
-    /* Defaults tuned for MPI on a 16-core host (benchmarks/compare.sh):
-     * 1088-byte cells carry messages of up to 1056 bytes inline, so 256 B
-     * and 512 B no longer take a fragment (1 KiB cells: latency 0.88 ->
-     * 0.67 us and 1.03 -> 0.82 us, vader 0.64 and 0.94: medians of 3
-     * rounds on the H100 kind, ranks on cores 0 and 1;
-     * results/2026-11-23-heap/cells.txt), nor does a 1 KiB MPI message
-     * with ob1's 16-byte header (1.07 -> 0.90x vader against 1 KiB cells,
-     * results/2026-11-23-short-cell/ab-cell1088-h100.txt),
-     * with 32 of them per fast box (a fast box stays within its 64 KiB
-     * bank); 64 fragments of 64 KiB keep the two-copy
-     * pipeline full (peak bandwidth 12.8 -> 18.4 GB/s); 4 MiB of the region
-     * per process, as vader's own segment. Explicit $IVSHM_* settings of
-     * the library still win over these defaults. */
+    /* Defaults tuned for MPI on a 16-core host (docs/channels.md,
+     * Decisions and Defaults, give the figures): 1088-byte cells carry
+     * messages of up to 1056 bytes inline, so 256 B, 512 B and a 1 KiB MPI
+     * message with ob1's 16-byte header take no fragment, with 32 of them
+     * per fast box (a fast box stays within its 64 KiB bank); 64 fragments
+     * of 64 KiB keep the two-copy pipeline full; 4 MiB of the region per
+     * process, as vader's own segment. Explicit $IVSHM_* settings of the
+     * library still win over these defaults. */
     ivshm_ep_config_t d;
     ivshm_ep_config_init(&d);
     if (!getenv("IVSHM_CELL_SIZE"))
@@ -319,10 +314,7 @@ int mca_btl_ivshmem_setup(void)
     /* a whole message that fits a cell after its short header travels
      * inline */
     c->inline_max = cfg.cell_size - IVSHM_CELL_OVERHEAD;
-    if (m->btl_eager_limit > m->btl_max_send_size)
-        m->btl_eager_limit = m->btl_max_send_size;
-    if (m->btl_rndv_eager_limit > m->btl_eager_limit)
-        m->btl_rndv_eager_limit = m->btl_eager_limit;
+    mca_btl_ivshmem_clamp_eager(m);
     st = ivshm_ep_create(c->dom, (int)OPAL_PROC_MY_NAME.vpid, &cfg,
                          mca_btl_ivshmem_recv, NULL, &c->ep);
     if (st != IVSHM_OK)
@@ -513,10 +505,8 @@ bool mca_btl_ivshmem_region_takes(const mca_btl_ivshmem_modex_t *mx,
  * a message past the eager limit takes ob1's rendezvous with two copies
  * all the same, plus a round trip (RNDV, ACK) and, under
  * MPI_THREAD_MULTIPLE, the sender's copy in the one thread that progresses
- * (Open MPI 4.1's sync_wait_mt): an eager limit of 32 KiB made the
- * 4-thread rate at 4-16 KiB 0.97-1.09x vader's instead of 0.57-0.61x,
- * 8 KiB latency 1.06x instead of 1.37x, bw 1.36-1.92x instead of 0.78-0.93x
- * (docs/channels.md, results/2026-11-24-threads/ab-eager-64-summary.txt). */
+ * (Open MPI 4.1's sync_wait_mt), so the limit stays 32 KiB there
+ * (docs/channels.md, The eager limit, has the figures). */
 static void eager_for_heap(mca_btl_base_module_t *m, bool heap)
 {
     if (!heap)
@@ -530,8 +520,7 @@ static void eager_for_heap(mca_btl_base_module_t *m, bool heap)
             src == MCA_BASE_VAR_SOURCE_DEFAULT && *limits[i] > IVSHMEM_EAGER_HEAP)
             *limits[i] = IVSHMEM_EAGER_HEAP;
     }
-    if (m->btl_rndv_eager_limit > m->btl_eager_limit) /* as at set-up */
-        m->btl_rndv_eager_limit = m->btl_eager_limit;
+    mca_btl_ivshmem_clamp_eager(m); /* as at set-up */
     opal_output_verbose(1, mca_btl_ivshmem_component.output,
                         "btl ivshmem: eager limit %zu (region heap: larger "
                         "messages from its blocks move with one copy)",

@@ -218,7 +218,32 @@ bool mca_btl_ivshmem_region_takes(const mca_btl_ivshmem_modex_t *mx,
 uint64_t mca_btl_ivshmem_region_offset(const void *p, size_t len);
 void mca_btl_ivshmem_teardown(void);
 void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m);
-/* for both modules (btl_ivshmem_module.c) */
+/* the region route's entry points (btl_ivshmem_send.c, _rdma.c) */
+mca_btl_base_descriptor_t *
+mca_btl_ivshmem_alloc(struct mca_btl_base_module_t *btl,
+                      struct mca_btl_base_endpoint_t *endpoint, uint8_t order,
+                      size_t size, uint32_t flags);
+int mca_btl_ivshmem_free(struct mca_btl_base_module_t *btl,
+                         mca_btl_base_descriptor_t *des);
+int mca_btl_ivshmem_send(struct mca_btl_base_module_t *btl,
+                         struct mca_btl_base_endpoint_t *endpoint,
+                         struct mca_btl_base_descriptor_t *des,
+                         mca_btl_base_tag_t tag);
+int mca_btl_ivshmem_sendi(struct mca_btl_base_module_t *btl,
+                          struct mca_btl_base_endpoint_t *endpoint,
+                          struct opal_convertor_t *convertor, void *header,
+                          size_t header_size, size_t payload_size,
+                          uint8_t order, uint32_t flags, mca_btl_base_tag_t tag,
+                          mca_btl_base_descriptor_t **descriptor);
+struct mca_btl_base_registration_handle_t *
+mca_btl_ivshmem_register_mem(struct mca_btl_base_module_t *btl,
+                             struct mca_btl_base_endpoint_t *endpoint,
+                             void *base, size_t size, uint32_t flags);
+int mca_btl_ivshmem_deregister_mem(struct mca_btl_base_module_t *btl,
+                                   struct mca_btl_base_registration_handle_t *h);
+int mca_btl_ivshmem_put(IVSHMEM_RDMA_PARAMS);
+int mca_btl_ivshmem_get(IVSHMEM_RDMA_PARAMS);
+/* for both modules (btl_ivshmem_module.c, btl_ivshmem_send.c) */
 void mca_btl_ivshmem_print_stats(struct mca_btl_base_endpoint_t *ep,
                                  const char *route);
 void mca_btl_ivshmem_deliver(struct mca_btl_base_module_t *btl,
@@ -252,6 +277,18 @@ void mca_btl_ivshmem_threads_enable(void);
  * go, completes them (returns how many) */
 void mca_btl_ivshmem_progress_begin(void);
 int mca_btl_ivshmem_progress_end(void);
+/* A module's limits in order (both modules, at set-up and whenever a limit
+ * changes): the eager limit at most the largest send, the rendezvous eager
+ * limit at most the eager limit. */
+static inline void mca_btl_ivshmem_clamp_eager(mca_btl_base_module_t *m)
+{
+    if (m->btl_eager_limit > m->btl_max_send_size)
+        m->btl_eager_limit = m->btl_max_send_size;
+    if (m->btl_rndv_eager_limit > m->btl_eager_limit)
+        m->btl_rndv_eager_limit = m->btl_eager_limit;
+}
+/* The component itself, in the sources of this BTL. */
+#define IVSHMEM_COMPONENT (&mca_btl_ivshmem_component)
 #define IVSHMEM_LOCK()                                                        \
     do {                                                                      \
         if (mca_btl_ivshmem_component.threads)                               \

@@ -23,7 +23,6 @@
 
 #include <ivshm/heap.h>
 
-#define C (&mca_btl_ivshmem_component)
 
 /* the heap's entry points, found when it attached (NULL: not attached) */
 static size_t (*heap_detach)(ivshm_heap_kept_fn, void *);
@@ -31,7 +30,7 @@ static void (*heap_stats)(ivshm_heap_stats_t *);
 
 static int heap_useful(void)
 {
-    return C->mem_useful && C->mem_useful();
+    return IVSHMEM_COMPONENT->mem_useful && IVSHMEM_COMPONENT->mem_useful();
 }
 
 bool mca_btl_ivshmem_heap_attach(void)
@@ -39,7 +38,7 @@ bool mca_btl_ivshmem_heap_attach(void)
     int (*attach)(const ivshm_heap_backend_t *) =
         (int (*)(const ivshm_heap_backend_t *))dlsym(RTLD_DEFAULT,
                                                      "ivshm_heap_attach");
-    if (!attach || !C->r)
+    if (!attach || !IVSHMEM_COMPONENT->r)
         return false;
     ivshm_heap_backend_t be = {
         .abi = IVSHM_HEAP_ABI,
@@ -48,7 +47,7 @@ bool mca_btl_ivshmem_heap_attach(void)
         .free = mca_btl_ivshmem_region_free,
     };
     bool ok = attach(&be) == 0;
-    opal_output_verbose(1, C->output,
+    opal_output_verbose(1, IVSHMEM_COMPONENT->output,
                         ok ? "btl ivshmem: region heap attached: large malloc "
                              "blocks come from the region"
                            : "btl ivshmem: libivshm-heap.so is loaded but "
@@ -65,7 +64,7 @@ bool mca_btl_ivshmem_heap_attach(void)
 static void keep(void *addr, size_t len, void *arg)
 {
     (void)arg;
-    if (ivshm_region_keep_range(C->r, addr, len) != IVSHM_OK)
+    if (ivshm_region_keep_range(IVSHMEM_COMPONENT->r, addr, len) != IVSHM_OK)
         opal_output(0, "btl ivshmem: %s", ivshm_last_error());
 }
 

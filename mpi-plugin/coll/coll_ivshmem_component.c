@@ -18,6 +18,7 @@
 #include "ompi/proc/proc.h"
 #include "opal/mca/base/mca_base_framework.h"
 
+#include <stddef.h>
 #include <string.h>
 
 static int civ_register(void);
@@ -50,80 +51,100 @@ static const char *const kind_names[CIV_NKINDS] = {
     "barrier", "bcast", "reduce", "allreduce", "allgather", "alltoall",
 };
 
-static void reg(const char *name, const char *doc, mca_base_var_type_t type,
-                void *storage)
+/* The component's MCA parameters, one row each, as UCX's config tables:
+ * the name (also the component's field), its type, its default and what
+ * ompi_info says of it. Booleans live in int fields. */
+typedef struct civ_param {
+    const char *name;
+    mca_base_var_type_t type;
+    size_t offset;          /* of the field in the component */
+    unsigned long value;    /* default of a number or boolean */
+    const char *text;       /* default of a string */
+    const char *doc;
+} civ_param_t;
+
+#define CIV_PARAM(field, type, value, text, doc)                              \
+    {#field, MCA_BASE_VAR_TYPE_##type,                                        \
+     offsetof(mca_coll_ivshmem_component_t, field), value, text, doc}
+
+static const civ_param_t civ_params[] = {
+    CIV_PARAM(priority, INT, 40, NULL,
+              "Priority of coll ivshmem (above tuned's 30; 0 turns it off)"),
+    CIV_PARAM(enable, STRING, 0,
+              "barrier,bcast,reduce,allreduce,allgather,alltoall",
+              "Collectives taken through the region (comma list of barrier, "
+              "bcast, reduce, allreduce, allgather, alltoall); the others "
+              "stay with the modules below"),
+    CIV_PARAM(slot_size, UNSIGNED_INT, 128 * 1024, NULL,
+              "Bytes each rank may place in the region per step (4 KiB to 64 "
+              "MiB, multiple of 64); a communicator's area is about 2 x "
+              "(ranks + 1) x slot_size, taken at its first collective"),
+    CIV_PARAM(reduce_split, UNSIGNED_INT, 4096, NULL,
+              "Allreduces of at least this many bytes are folded by all "
+              "ranks in parallel (smaller ones by rank 0, the others wait "
+              "for it)"),
+    CIV_PARAM(reduce_root_max, UNSIGNED_INT, 64 * 1024, NULL,
+              "Reduces up to this many bytes are folded by the root alone: "
+              "the other ranks leave as soon as their input is in the region "
+              "(as the leaves of a tree do); larger ones are folded by all "
+              "ranks in parallel, which ends sooner at the root but makes "
+              "every rank wait"),
+    CIV_PARAM(max_bytes, UNSIGNED_LONG, 0, NULL,
+              "Collectives moving more bytes (all ranks' data) go to the "
+              "modules below (0: no limit)"),
+    CIV_PARAM(alltoall_max, UNSIGNED_INT, 4096, NULL,
+              "Alltoalls with more bytes per pair are read in place from the "
+              "peers' send buffers where all of them are region memory "
+              "(region heap, MPI_Alloc_mem), otherwise they go to the "
+              "modules below (docs/collectives.md); 0: no limit"),
+    CIV_PARAM(allgather_direct_min, UNSIGNED_INT, 8192, NULL,
+              "Allgathers with at least this many bytes a rank are read in "
+              "place from the peers' send buffers where all of them are "
+              "region memory (region heap, MPI_Alloc_mem), otherwise through "
+              "the slots; 0: never"),
+    CIV_PARAM(max_ranks, UNSIGNED_INT, 256, NULL,
+              "Largest number of ranks in one region it serves"),
+    CIV_PARAM(hierarchy, BOOL, 1, NULL,
+              "Also take communicators that span regions (hosts): one level "
+              "in each region, the regions' leaders over the network"),
+    CIV_PARAM(stats, BOOL, 0, NULL,
+              "Print, when a communicator is freed, which collectives ran in "
+              "the region and which went to the modules below"),
+    CIV_PARAM(verbose, INT, 0, NULL,
+              "Verbosity (1: why a communicator is not taken)"),
+};
+
+/* the field of a row gets its default */
+static void civ_param_default(const civ_param_t *p, void *field)
 {
-    mca_base_component_var_register(
-        &mca_coll_ivshmem_component.super.collm_version, name, doc, type,
-        NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, storage);
+    switch (p->type) {
+    case MCA_BASE_VAR_TYPE_STRING:
+        *(char **)field = (char *)p->text;
+        break;
+    case MCA_BASE_VAR_TYPE_UNSIGNED_INT:
+        *(unsigned *)field = (unsigned)p->value;
+        break;
+    case MCA_BASE_VAR_TYPE_UNSIGNED_LONG:
+        *(unsigned long *)field = p->value;
+        break;
+    default: /* INT, and BOOL in an int field */
+        *(int *)field = (int)p->value;
+        break;
+    }
 }
 
 static int civ_register(void)
 {
     mca_coll_ivshmem_component_t *cc = &mca_coll_ivshmem_component;
-    cc->priority = 40;
-    reg("priority",
-        "Priority of coll ivshmem (above tuned's 30; 0 turns it off)",
-        MCA_BASE_VAR_TYPE_INT, &cc->priority);
-    cc->enable = "barrier,bcast,reduce,allreduce,allgather,alltoall";
-    reg("enable",
-        "Collectives taken through the region (comma list of barrier, "
-        "bcast, reduce, allreduce, allgather, alltoall); the others stay "
-        "with the modules below",
-        MCA_BASE_VAR_TYPE_STRING, &cc->enable);
-    cc->slot_size = 128 * 1024;
-    reg("slot_size",
-        "Bytes each rank may place in the region per step (4 KiB to 64 "
-        "MiB, multiple of 64); a communicator's area is about 2 x (ranks "
-        "+ 1) x slot_size, taken at its first collective",
-        MCA_BASE_VAR_TYPE_UNSIGNED_INT, &cc->slot_size);
-    cc->reduce_split = 4096;
-    reg("reduce_split",
-        "Allreduces of at least this many bytes are folded by all ranks in "
-        "parallel (smaller ones by rank 0, the others wait for it)",
-        MCA_BASE_VAR_TYPE_UNSIGNED_INT, &cc->reduce_split);
-    cc->reduce_root_max = 64 * 1024;
-    reg("reduce_root_max",
-        "Reduces up to this many bytes are folded by the root alone: the "
-        "other ranks leave as soon as their input is in the region (as the "
-        "leaves of a tree do); larger ones are folded by all ranks in "
-        "parallel, which ends sooner at the root but makes every rank wait",
-        MCA_BASE_VAR_TYPE_UNSIGNED_INT, &cc->reduce_root_max);
-    cc->max_bytes = 0;
-    reg("max_bytes",
-        "Collectives moving more bytes (all ranks' data) go to the modules "
-        "below (0: no limit)",
-        MCA_BASE_VAR_TYPE_UNSIGNED_LONG, &cc->max_bytes);
-    cc->alltoall_max = 4096;
-    reg("alltoall_max",
-        "Alltoalls with more bytes per pair are read in place from the "
-        "peers' send buffers where all of them are region memory (region "
-        "heap, MPI_Alloc_mem), otherwise they go to the modules below "
-        "(docs/collectives.md); 0: no limit",
-        MCA_BASE_VAR_TYPE_UNSIGNED_INT, &cc->alltoall_max);
-    cc->allgather_direct_min = 8192;
-    reg("allgather_direct_min",
-        "Allgathers with at least this many bytes a rank are read in place "
-        "from the peers' send buffers where all of them are region memory "
-        "(region heap, MPI_Alloc_mem), otherwise through the slots; 0: "
-        "never",
-        MCA_BASE_VAR_TYPE_UNSIGNED_INT, &cc->allgather_direct_min);
-    cc->max_ranks = 256;
-    reg("max_ranks", "Largest number of ranks in one region it serves",
-        MCA_BASE_VAR_TYPE_UNSIGNED_INT, &cc->max_ranks);
-    cc->hierarchy = 1;
-    reg("hierarchy",
-        "Also take communicators that span regions (hosts): one level in "
-        "each region, the regions' leaders over the network",
-        MCA_BASE_VAR_TYPE_BOOL, &cc->hierarchy);
-    cc->stats = 0;
-    reg("stats",
-        "Print, when a communicator is freed, which collectives ran in the "
-        "region and which went to the modules below",
-        MCA_BASE_VAR_TYPE_BOOL, &cc->stats);
-    cc->verbose = 0;
-    reg("verbose", "Verbosity (1: why a communicator is not taken)",
-        MCA_BASE_VAR_TYPE_INT, &cc->verbose);
+    for (size_t i = 0; i < sizeof(civ_params) / sizeof(civ_params[0]); i++) {
+        const civ_param_t *p = &civ_params[i];
+        void *field = (char *)cc + p->offset;
+        civ_param_default(p, field);
+        mca_base_component_var_register(&cc->super.collm_version, p->name,
+                                        p->doc, p->type, NULL, 0, 0,
+                                        OPAL_INFO_LVL_5,
+                                        MCA_BASE_VAR_SCOPE_READONLY, field);
+    }
     return OMPI_SUCCESS;
 }
 

@@ -175,6 +175,8 @@ typedef struct ivshmem_verbs_t {
 } ivshmem_verbs_t;
 
 extern ivshmem_verbs_t ivshmem_verbs;
+/* The verbs route's state, in the sources of the verbs route. */
+#define IVSHMEM_VERBS (&ivshmem_verbs)
 extern mca_btl_base_module_t mca_btl_ivshmem_verbs_module;
 
 /* btl_ivshmem_verbs_device.c */

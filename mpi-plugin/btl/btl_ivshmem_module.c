@@ -1,0 +1,314 @@
+/*
+ * BTL ivshmem module: peer selection (add_procs, del_procs), finalize,
+ * channel events, delivery of received pieces to ob1's registered
+ * callbacks, the switch to the locked entry points for
+ * MPI_THREAD_MULTIPLE, and the module's table of entry points. Sending is
+ * btl_ivshmem_send.c, single copy (register, put, get) btl_ivshmem_rdma.c.
+ */
+#include "btl_ivshmem.h"
+
+#include "opal/class/opal_bitmap.h"
+#include "opal/util/output.h"
+#include "opal/util/proc.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
+                     struct opal_proc_t **procs,
+                     struct mca_btl_base_endpoint_t **peers,
+                     struct opal_bitmap_t *reachable)
+{
+    (void)btl;
+    opal_proc_t *self = opal_proc_local_get();
+    for (size_t i = 0; i < nprocs; i++) {
+        opal_proc_t *proc = procs[i];
+        peers[i] = NULL;
+        if (proc == self || !IVSHMEM_COMPONENT->ep)
+            continue;
+        uint32_t vpid = (uint32_t)proc->proc_name.vpid;
+        if (vpid < IVSHMEM_COMPONENT->npeers && IVSHMEM_COMPONENT->seen &&
+            !IVSHMEM_COMPONENT->seen[vpid]) {
+            IVSHMEM_COMPONENT->seen[vpid] = 1;
+            IVSHMEM_COMPONENT->others_seen++;
+        }
+        mca_btl_ivshmem_modex_t *mx = mca_btl_ivshmem_modex_get(&proc->proc_name);
+        if (!mx || !(mx->flags & IVSHMEM_MODEX_REGION)) {
+            opal_output_verbose(1, IVSHMEM_COMPONENT->output,
+                                "btl ivshmem: rank %u: no region there: "
+                                "left to other routes",
+                                vpid);
+            free(mx);
+            continue;
+        }
+        ivshm_locality_t loc;
+        bool take = mca_btl_ivshmem_region_takes(mx, &loc);
+        uint32_t peer = 0;
+        if (take) {
+            ivshm_status_t st = ivshm_ep_connect(
+                IVSHMEM_COMPONENT->ep, mx->addr, sizeof(mx->addr), &peer);
+            if (st != IVSHM_OK || peer >= IVSHMEM_COMPONENT->npeers) {
+                opal_output_verbose(1, IVSHMEM_COMPONENT->output,
+                                    "btl ivshmem: rank %u: cannot connect: "
+                                    "%s",
+                                    vpid, ivshm_last_error());
+                take = false;
+            }
+        }
+        opal_output_verbose(
+            1, IVSHMEM_COMPONENT->output,
+            "btl ivshmem: rank %u -> rank %u: "
+            "%s: %s",
+            (unsigned)self->proc_name.vpid, vpid, ivshm_locality_str(loc),
+            take ? "reached through ivshmem" : "left to other BTLs");
+        free(mx);
+        if (!take)
+            continue;
+        struct mca_btl_base_endpoint_t *ep = IVSHMEM_COMPONENT->peers[peer];
+        if (!ep) {
+            if (!(ep = calloc(1, sizeof(*ep))))
+                return OPAL_ERR_OUT_OF_RESOURCE;
+            OBJ_CONSTRUCT(&ep->pending, opal_list_t);
+        }
+        if (!ep->proc)
+            IVSHMEM_COMPONENT->reached++;
+        ep->proc = proc;
+        ep->peer = peer;
+        ep->vpid = vpid;
+        IVSHMEM_COMPONENT->peers[peer] = ep;
+        peers[i] = ep;
+        if (reachable)
+            opal_bitmap_set_bit(reachable, (int)i);
+    }
+    return OPAL_SUCCESS;
+}
+
+/* Shared by both modules: the per-peer counters (btl_ivshmem_stats). */
+void mca_btl_ivshmem_print_stats(struct mca_btl_base_endpoint_t *ep,
+                                 const char *route)
+{
+    char host[256] = "?";
+    gethostname(host, sizeof(host));
+    opal_output(0,
+                "btl ivshmem stats: host %s rank %u -> rank %u: route %s: "
+                "%llu sends %llu bytes, %llu receives %llu bytes, %llu queued "
+                "for room, %llu gets %llu bytes, %llu puts %llu bytes, %llu "
+                "refused",
+                host, (unsigned)OPAL_PROC_MY_NAME.vpid, ep->vpid, route,
+                (unsigned long long)ep->sends, (unsigned long long)ep->bytes_out,
+                (unsigned long long)ep->recvs, (unsigned long long)ep->bytes_in,
+                (unsigned long long)ep->queued, (unsigned long long)ep->gets,
+                (unsigned long long)ep->get_bytes, (unsigned long long)ep->puts,
+                (unsigned long long)ep->put_bytes,
+                (unsigned long long)ep->rdma_refused);
+}
+
+static int del_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
+                     struct opal_proc_t **procs,
+                     struct mca_btl_base_endpoint_t **peers)
+{
+    (void)procs;
+    for (size_t i = 0; i < nprocs; i++) {
+        struct mca_btl_base_endpoint_t *ep = peers[i];
+        if (ep && ep->peer < IVSHMEM_COMPONENT->npeers &&
+            IVSHMEM_COMPONENT->peers[ep->peer] == ep) {
+            if (IVSHMEM_COMPONENT->stats)
+                mca_btl_ivshmem_print_stats(ep, "region");
+            IVSHMEM_COMPONENT->peers[ep->peer] = NULL;
+            IVSHMEM_COMPONENT->reached--;
+            opal_list_item_t *it;
+            while ((it = opal_list_remove_first(&ep->pending)) != NULL) {
+                mca_btl_base_descriptor_t *des = (mca_btl_base_descriptor_t *)it;
+                IVSHMEM_COMPONENT->pending_frags--;
+                if (des->des_flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP)
+                    mca_btl_ivshmem_free(btl, des);
+            }
+            OBJ_DESTRUCT(&ep->pending);
+            free(ep);
+        }
+    }
+    return OPAL_SUCCESS;
+}
+
+static int finalize(struct mca_btl_base_module_t *btl)
+{
+    (void)btl;
+    if (IVSHMEM_COMPONENT->stats && IVSHMEM_COMPONENT->peers)
+        for (uint32_t i = 0; i < IVSHMEM_COMPONENT->npeers; i++)
+            if (IVSHMEM_COMPONENT->peers[i])
+                mca_btl_ivshmem_print_stats(IVSHMEM_COMPONENT->peers[i],
+                                            "region");
+    if (IVSHMEM_COMPONENT
+            ->stats) /* 4 KiB with the region heap, unless set (component) */
+        opal_output(0, "btl ivshmem stats: rank %u: eager limit %zu",
+                    (unsigned)OPAL_PROC_MY_NAME.vpid, btl->btl_eager_limit);
+    if (IVSHMEM_COMPONENT->stats && IVSHMEM_COMPONENT->threads)
+        opal_output(0, "btl ivshmem stats: rank %u: %llu gets copied after "
+                       "the progress pass that started them "
+                       "(MPI_THREAD_MULTIPLE)",
+                    (unsigned)OPAL_PROC_MY_NAME.vpid,
+                    (unsigned long long)IVSHMEM_COMPONENT->gets_after_pass);
+    if (IVSHMEM_COMPONENT->stats)
+        mca_btl_ivshmem_heap_print_stats();
+    mca_btl_ivshmem_teardown();
+    return OPAL_SUCCESS;
+}
+
+static int register_error(struct mca_btl_base_module_t *btl,
+                          mca_btl_base_module_error_cb_fn_t cbfunc)
+{
+    (void)btl;
+    IVSHMEM_COMPONENT->error_cb = cbfunc;
+    return OPAL_SUCCESS;
+}
+
+void mca_btl_ivshmem_event(void *arg, int kind, uint32_t peer)
+{
+    (void)arg;
+    (void)peer;
+    if (kind != IVSHM_EV_LEASE_LOST)
+        return; /* a dead peer: its sends fail with OPAL_ERR_UNREACH */
+    /* This process was stalled past the region's lease timeout (a paused
+     * or swapped VM) and its region memory went to others: nothing may be
+     * sent or received through it any more, and messages may be lost. */
+    opal_output(0, "btl ivshmem: rank %u lost its lease on the shared region "
+                   "%s: the process was stalled longer than the region's "
+                   "lease timeout (ivshm info shows it) and its region "
+                   "memory was reclaimed; the job cannot continue",
+                (unsigned)OPAL_PROC_MY_NAME.vpid, IVSHMEM_COMPONENT->region);
+    if (IVSHMEM_COMPONENT->error_cb)
+        IVSHMEM_COMPONENT->error_cb(
+            &mca_btl_ivshmem_module.super, MCA_BTL_ERROR_FLAGS_FATAL, NULL,
+            "btl ivshmem: lease on the shared region lost");
+    abort(); /* no PML took errors from us */
+}
+
+/* A piece from a peer: its tag and length are untrusted; the callback sees
+ * a descriptor whose one segment points at the data in the region. */
+void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m)
+{
+    (void)arg;
+    if (m->tag >= MCA_BTL_TAG_MAX || m->offset != 0 || m->len != m->total)
+        return; /* not something our sends produce */
+    struct mca_btl_base_endpoint_t *ep =
+        m->sender < IVSHMEM_COMPONENT->npeers
+            ? IVSHMEM_COMPONENT->peers[m->sender]
+            : NULL;
+    if (ep) {
+        ep->recvs++;
+        ep->bytes_in += m->len;
+    }
+    mca_btl_ivshmem_deliver(&mca_btl_ivshmem_module.super, ep,
+                            (mca_btl_base_tag_t)m->tag, (void *)m->data, m->len);
+}
+
+/* Shared by both modules: hands one received message to the callback ob1
+ * registered for its tag (the tag was checked by the caller). */
+void mca_btl_ivshmem_deliver(struct mca_btl_base_module_t *btl,
+                             struct mca_btl_base_endpoint_t *ep,
+                             mca_btl_base_tag_t tag, void *data, size_t len)
+{
+    const mca_btl_active_message_callback_t *reg =
+        mca_btl_base_active_message_trigger + tag;
+    if (!reg->cbfunc)
+        return;
+    mca_btl_base_segment_t seg;
+    seg.seg_addr.pval = data;
+    seg.seg_len = len;
+#if BTL_VERSION >= 330
+    /* Open MPI 5.x (BTL 3.3): a receive descriptor replaces the descriptor */
+    mca_btl_base_receive_descriptor_t rd = {
+        .endpoint = ep,
+        .des_segments = &seg,
+        .des_segment_count = 1,
+        .tag = tag,
+        .cbdata = reg->cbdata,
+    };
+    reg->cbfunc(btl, &rd);
+#else
+    (void)ep;
+    mca_btl_base_descriptor_t des;
+    memset(&des, 0, sizeof(des));
+    des.des_segments = &seg;
+    des.des_segment_count = 1;
+    reg->cbfunc(btl, tag, &des, reg->cbdata);
+#endif
+}
+
+/* ---- MPI_THREAD_MULTIPLE ----
+ * ob1 calls from any thread. Each entry point that reaches the endpoint,
+ * its peers or our pending lists runs under the component's lock, which
+ * is recursive because a receive callback, made by our progress under the
+ * lock, may send. Progress only tries the lock: a thread that finds it
+ * taken returns at once (another thread is progressing or sending). The
+ * wrappers are installed only for MPI_THREAD_MULTIPLE, so the single-
+ * threaded path has no lock and no test for one.
+ *
+ * The lock itself is btl_ivshmem_lock.c. A recursive pthread mutex cost
+ * one thread 41 ns a message (docs/channels.md, Threads). */
+
+/* name##_mt: the entry point `name` under the component's lock */
+#define LOCKED(ret, name, params, args)                                       \
+    static ret name##_mt params                                               \
+    {                                                                         \
+        ivshmem_lock_take(&IVSHMEM_COMPONENT->lock);                          \
+        ret rc = name args;                                                   \
+        ivshmem_lock_give(&IVSHMEM_COMPONENT->lock);                          \
+        return rc;                                                            \
+    }
+
+LOCKED(int, add_procs,
+       (struct mca_btl_base_module_t * btl, size_t nprocs,
+        struct opal_proc_t **procs, struct mca_btl_base_endpoint_t **peers,
+        struct opal_bitmap_t *reachable),
+       (btl, nprocs, procs, peers, reachable))
+LOCKED(int, del_procs,
+       (struct mca_btl_base_module_t * btl, size_t nprocs,
+        struct opal_proc_t **procs, struct mca_btl_base_endpoint_t **peers),
+       (btl, nprocs, procs, peers))
+LOCKED(int, finalize, (struct mca_btl_base_module_t * btl), (btl))
+LOCKED(int, mca_btl_ivshmem_send,
+       (struct mca_btl_base_module_t * btl,
+        struct mca_btl_base_endpoint_t *endpoint,
+        struct mca_btl_base_descriptor_t *des, mca_btl_base_tag_t tag),
+       (btl, endpoint, des, tag))
+LOCKED(int, mca_btl_ivshmem_sendi,
+       (struct mca_btl_base_module_t * btl,
+        struct mca_btl_base_endpoint_t *endpoint,
+        struct opal_convertor_t *convertor, void *header, size_t header_size,
+        size_t payload_size, uint8_t order, uint32_t flags,
+        mca_btl_base_tag_t tag, mca_btl_base_descriptor_t **descriptor),
+       (btl, endpoint, convertor, header, header_size, payload_size, order,
+        flags, tag, descriptor))
+
+void mca_btl_ivshmem_threads_enable(void)
+{
+    IVSHMEM_COMPONENT->lock = 0;
+    IVSHMEM_COMPONENT->threads = true;
+    mca_btl_base_module_t *m = &mca_btl_ivshmem_module.super;
+    m->btl_add_procs = add_procs_mt;
+    m->btl_del_procs = del_procs_mt;
+    m->btl_finalize = finalize_mt;
+    m->btl_send = mca_btl_ivshmem_send_mt;
+    m->btl_sendi = mca_btl_ivshmem_sendi_mt;
+}
+
+mca_btl_ivshmem_module_t mca_btl_ivshmem_module = {
+    .super = {
+        .btl_component = &mca_btl_ivshmem_component.super,
+        .btl_add_procs = add_procs,
+        .btl_del_procs = del_procs,
+        .btl_finalize = finalize,
+        .btl_alloc = mca_btl_ivshmem_alloc,
+        .btl_free = mca_btl_ivshmem_free,
+        .btl_prepare_src = mca_btl_ivshmem_prepare_src,
+        .btl_send = mca_btl_ivshmem_send,
+        .btl_sendi = mca_btl_ivshmem_sendi,
+        .btl_put = mca_btl_ivshmem_put,
+        .btl_get = mca_btl_ivshmem_get,
+        .btl_register_mem = mca_btl_ivshmem_register_mem,
+        .btl_register_error = register_error,
+        .btl_deregister_mem = mca_btl_ivshmem_deregister_mem,
+    },
+};
