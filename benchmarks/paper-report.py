@@ -205,7 +205,7 @@ def main():
                     b, v, max(rn), statistics.median(rn), r2(min(rt) if rt else None, 1),
                     "%.0f %%" % (max(saved) * 100) if saved else "-"))
                 if v == vmax:
-                    # issue #13: coll ivshmem beats native; alltoall matches it
+                    # the targets: coll ivshmem beats native, alltoall matches it
                     bound = 1.0 if b == "alltoall" else 0.8
                     rep.target("%s at %d VMs, <= 64 KiB: ivshmem <= %.1fx native" % (b, v, bound),
                                "worst %.2fx" % max(rn), max(rn) <= bound)

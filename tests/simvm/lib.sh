@@ -20,8 +20,18 @@ if [ "$(id -u)" = 0 ] && [ -z "${SIMVM_LOCK_HELD:-}" ] && command -v flock >/dev
 fi
 OMPI_SYS_COMPONENTS=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed 's/^path:pkglibdir://')
 IVSHM_HELP_DIR="$top_srcdir/mpi-plugin/btl"
-# the components of this build tree (one folder each), ahead of Open MPI's
-IVSHM_COMPONENTS="$top_builddir/mpi-plugin/btl/.libs:$top_builddir/mpi-plugin/mpool/.libs:$top_builddir/mpi-plugin/coll/.libs"
+# The components of the build tree $top_builddir (one folder each), ahead
+# of Open MPI's; read at each run, since benchmarks/ab.sh points
+# top_builddir at other trees. The flat mpi-plugin/.libs is where builds of
+# revisions before the per-component folders keep them (A/B runs). Only
+# folders that exist: Open MPI 4.1's mpirun, given one that does not,
+# loses its own options ("unknown option --allow-run-as-root").
+ivshm_component_path() {
+    for d in btl/.libs mpool/.libs coll/.libs .libs; do
+        [ ! -d "$top_builddir/mpi-plugin/$d" ] || printf '%s:' "$top_builddir/mpi-plugin/$d"
+    done
+    printf '%s' "$OMPI_SYS_COMPONENTS"
+}
 export IVSHM_HELP_DIR
 
 # Settings some machines put in the environment would break the simulated
@@ -46,7 +56,7 @@ simvm_mpirun() {
     ${SIMVM_TIMEOUT:+timeout "$SIMVM_TIMEOUT"} mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" --host "$hosts" \
         --mca plm_rsh_agent "$top_srcdir/tests/simvm/agent" \
         --mca oob_tcp_if_include 10.200.0.0/24 --mca btl_tcp_if_include 10.200.0.0/24 \
-        --mca mca_base_component_path "$IVSHM_COMPONENTS:$OMPI_SYS_COMPONENTS" \
+        --mca mca_base_component_path "$(ivshm_component_path)" \
         --mca orte_base_help_aggregate 0 -x IVSHM_HELP_DIR \
         --mca orte_default_hostfile none \
         --mca pml ob1 --mca osc pt2pt \
@@ -64,7 +74,7 @@ single_node_mpirun() {
     shift
     ${SIMVM_TIMEOUT:+timeout "$SIMVM_TIMEOUT"} mpirun --allow-run-as-root -np "$np" \
         --mca plm_rsh_agent /bin/false \
-        --mca mca_base_component_path "$IVSHM_COMPONENTS:$OMPI_SYS_COMPONENTS" \
+        --mca mca_base_component_path "$(ivshm_component_path)" \
         --mca pml ob1 --mca osc pt2pt --mca btl_ivshmem_same_vm 1 \
         -x IVSHM_REGION -x IVSHM_HELP_DIR "$@"
 }
