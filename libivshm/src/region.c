@@ -149,7 +149,8 @@ ivshm_status_t ivshm__validate_header(const struct ivshm_hdr *shared,
                                "header field '%s' does not match the layout",
                                fields[i].name);
     }
-    if (h.lease_timeout_ms < 100 || h.lease_timeout_ms > 3600000)
+    if (h.lease_timeout_ms < IVSHM_LEASE_MIN_MS ||
+        h.lease_timeout_ms > IVSHM_LEASE_MAX_MS)
         return ivshm__fail(IVSHM_ERR_CORRUPT,
                            "header field 'lease_timeout_ms' is %u (100 ms to "
                            "1 h allowed)",
@@ -269,7 +270,7 @@ static void unmap_region(ivshm_region_t *r)
 /* Waits (bounded) while another process formats the region. */
 static uint32_t wait_not_formatting(struct ivshm_hdr *h)
 {
-    uint64_t deadline = ivshm__mono_ns() + FORMAT_WAIT_MS * 1000000ull;
+    uint64_t deadline = ivshm__mono_ns() + ivshm__ms_to_ns(FORMAT_WAIT_MS);
     unsigned spins = 0;
     uint32_t s;
     while ((s = atomic_load_explicit(&h->state, memory_order_acquire)) ==
@@ -373,7 +374,8 @@ ivshm_status_t ivshm_format(const char *uri, const ivshm_format_opts_t *o)
                          o->job_slots, o->chunk_size);
         goto out;
     }
-    if (o->lease_timeout_ms < 100 || o->lease_timeout_ms > 3600000) {
+    if (o->lease_timeout_ms < IVSHM_LEASE_MIN_MS ||
+        o->lease_timeout_ms > IVSHM_LEASE_MAX_MS) {
         st = ivshm__fail(IVSHM_ERR_INVAL, "lease timeout %u ms is outside 100 "
                                           "ms .. 1 h",
                          o->lease_timeout_ms);
