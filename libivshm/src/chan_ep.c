@@ -312,8 +312,9 @@ ivshm_status_t ivshm_ep_wait(ivshm_ep_t *ep, int timeout_ms)
         grace = GRACE_NS; /* senders may not see the flag yet: see N0 */
     }
     uint64_t now = ivshm__mono_ns();
-    uint64_t deadline =
-        timeout_ms < 0 ? UINT64_MAX : now + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t deadline = timeout_ms < 0
+                            ? UINT64_MAX
+                            : now + ivshm__ms_to_ns((uint64_t)timeout_ms);
     for (;;) {
         uint64_t w = atomic_load(nw);
         /* N0 (receiver side): arm, then re-check the queues */

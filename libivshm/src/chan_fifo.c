@@ -99,8 +99,7 @@ static bool claim_abandoned(ivshm_ep_t *ep, const struct pending *pd,
             ivshm__peer_died(ep, who);
         return true;
     }
-    return now - pd->first_seen >
-           (uint64_t)ep->r->g.lease_timeout_ms * 1000000ull;
+    return now - pd->first_seen > ivshm__ms_to_ns(ep->r->g.lease_timeout_ms);
 }
 
 int ivshm__fifo_poll(ivshm_ep_t *ep, int budget)

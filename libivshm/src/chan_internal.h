@@ -8,7 +8,8 @@
  *   chan_fbox.c    fast boxes (grant, claim, poll, release)
  *   chan_frag.c    the fragment pool (lend, acknowledge, take back)
  *   chan_send.c    the send paths, single-copy region sends, wake-ups
- *   chan_recv.c    delivery of a cell, progress, liveness
+ *   chan_deliver.c delivery of one published cell
+ *   chan_recv.c    progress, liveness
  * chan_layout.h owns the shared layout; nothing here lives in the region.
  */
 #ifndef IVSHM_CHAN_INTERNAL_H
@@ -190,7 +191,7 @@ void ivshm__frag_reclaim(ivshm_ep_t *ep, uint32_t idx);
 /* Waits (bounded) until receivers gave back what we lent. */
 void ivshm__frag_linger(ivshm_ep_t *ep);
 
-/* chan_recv.c */
+/* chan_deliver.c */
 /* Validates one published cell and delivers it; false if it must wait.
  * expect: the only sender this queue may carry (a fast box), or -1.
  * since: when this cell was first found waiting (0: now). */

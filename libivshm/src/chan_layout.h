@@ -157,7 +157,8 @@ struct fbox_hdr {
 _Static_assert(sizeof(struct fbox_hdr) == 64, "fbox header");
 
 /* Free-running 64-bit positions; full/empty by unsigned difference, which
- * is exact across wrap-around (see tests/unit/test_ring.c). */
+ * is exact across wrap-around (tests/unit/test_chan.c,
+ * test_ring_arithmetic). */
 static inline bool ring_full(uint64_t head, uint64_t tail, uint32_t cells)
 {
     return head - tail >= cells;

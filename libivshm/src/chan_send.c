@@ -158,9 +158,8 @@ static uint32_t lines(uint32_t bytes) { return (bytes + 63) / 64; }
 /* How a piece travels to a receiver with cells of cell_size bytes: a whole
  * message goes short where that saves a 64-byte line (or only a short
  * one fits), a piece inline after the full header, anything larger in a
- * fragment. With the same number of lines the full header wins: an MPI
- * message of 32 bytes (48 here) took 0.63 us short and 0.57 us with the
- * full header on the 16-core machine (results/2026-11-23-short-cell). */
+ * fragment. With the same number of lines the full header wins: it was
+ * measured faster (docs/channels.md, "Decisions"). */
 static uint16_t piece_form(uint32_t cell_size, uint32_t len, uint64_t offset,
                            uint64_t total)
 {

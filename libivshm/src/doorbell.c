@@ -57,7 +57,7 @@ ivshm_status_t ivshm__db_open(ivshm_region_t *r, struct dir_entry *dir,
     db->max_eps = max_eps;
     const char *rc = getenv("IVSHM_DOORBELL_RECHECK_MS");
     unsigned long ms = rc && *rc ? strtoul(rc, NULL, 10) : DEFAULT_RECHECK_MS;
-    db->recheck_ns = (ms ? ms : 1) * 1000000ull;
+    db->recheck_ns = ivshm__ms_to_ns(ms ? ms : 1);
 
     /* a file of our own: the vector claim belongs to it and is released
      * by the kernel when the process dies */

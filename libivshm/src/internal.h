@@ -24,6 +24,10 @@
 
 #define IVSHM_ALIGNED __attribute__((aligned(IVSHM_CACHELINE)))
 #define IVSHM_JOBS_PER_PROC 4
+/* The lease timeouts a region may be formatted with (header field
+ * lease_timeout_ms): 100 ms to 1 h. */
+#define IVSHM_LEASE_MIN_MS 100u
+#define IVSHM_LEASE_MAX_MS 3600000u
 
 enum ivshm_hdr_state {
     HDR_EMPTY = 0,
@@ -211,6 +215,10 @@ uint64_t ivshm__fnv1a(const void *p, size_t n, uint64_t h);
 #define IVSHM_FNV_INIT 0xcbf29ce484222325ull
 uint64_t ivshm__now_ns(void);      /* CLOCK_REALTIME, comparable across VMs */
 uint64_t ivshm__mono_ns(void);     /* CLOCK_MONOTONIC, local waits */
+static inline uint64_t ivshm__ms_to_ns(uint64_t ms)
+{
+    return ms * 1000000ull;
+}
 void ivshm__random(void *buf, size_t n);
 uint64_t ivshm__proc_start_time(pid_t pid); /* 0 if unknown / gone */
 bool ivshm__pid_dead(uint32_t pid, uint64_t start_time);

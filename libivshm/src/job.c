@@ -147,7 +147,7 @@ static bool key_equals(struct ivshm_job_slot *s, const char *key)
 static bool wait_claim(ivshm_region_t *r, uint32_t j, uint64_t w)
 {
     struct ivshm_job_slot *s = ivshm__jobs(r, j);
-    uint64_t deadline = ivshm__mono_ns() + JOB_WAIT_MS * 1000000ull;
+    uint64_t deadline = ivshm__mono_ns() + ivshm__ms_to_ns(JOB_WAIT_MS);
     unsigned spins = 0;
     while (atomic_load(&s->word) == w) {
         if (ivshm__mono_ns() > deadline)

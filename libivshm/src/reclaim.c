@@ -138,7 +138,7 @@ static bool lease_dead(ivshm_region_t *r, struct ivshm_reg_slot *s,
 static unsigned reclaim_procs(ivshm_region_t *r, unsigned *chunks)
 {
     unsigned n = 0;
-    uint64_t timeout_ns = (uint64_t)r->g.lease_timeout_ms * 1000000ull;
+    uint64_t timeout_ns = ivshm__ms_to_ns(r->g.lease_timeout_ms);
     for (uint32_t i = 0; i < r->g.reg_slots; i++) {
         struct ivshm_reg_slot *s = ivshm__reg(r, i);
         uint64_t w = atomic_load(&s->word);

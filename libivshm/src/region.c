@@ -1,7 +1,7 @@
 /*
  * Region format version 1: geometry, formatting (race-free between VMs via
- * the header state word), mapping, header validation, inspection and the
- * full layout check behind `ivshm check`.
+ * the header state word), mapping and header validation. Reading a mapped
+ * region for the tool (info, slots, the layout check) is inspect.c's.
  */
 #include "internal.h"
 
@@ -149,7 +149,8 @@ ivshm_status_t ivshm__validate_header(const struct ivshm_hdr *shared,
                                "header field '%s' does not match the layout",
                                fields[i].name);
     }
-    if (h.lease_timeout_ms < 100 || h.lease_timeout_ms > 3600000)
+    if (h.lease_timeout_ms < IVSHM_LEASE_MIN_MS ||
+        h.lease_timeout_ms > IVSHM_LEASE_MAX_MS)
         return ivshm__fail(IVSHM_ERR_CORRUPT,
                            "header field 'lease_timeout_ms' is %u (100 ms to "
                            "1 h allowed)",
@@ -269,7 +270,7 @@ static void unmap_region(ivshm_region_t *r)
 /* Waits (bounded) while another process formats the region. */
 static uint32_t wait_not_formatting(struct ivshm_hdr *h)
 {
-    uint64_t deadline = ivshm__mono_ns() + FORMAT_WAIT_MS * 1000000ull;
+    uint64_t deadline = ivshm__mono_ns() + ivshm__ms_to_ns(FORMAT_WAIT_MS);
     unsigned spins = 0;
     uint32_t s;
     while ((s = atomic_load_explicit(&h->state, memory_order_acquire)) ==
@@ -373,7 +374,8 @@ ivshm_status_t ivshm_format(const char *uri, const ivshm_format_opts_t *o)
                          o->job_slots, o->chunk_size);
         goto out;
     }
-    if (o->lease_timeout_ms < 100 || o->lease_timeout_ms > 3600000) {
+    if (o->lease_timeout_ms < IVSHM_LEASE_MIN_MS ||
+        o->lease_timeout_ms > IVSHM_LEASE_MAX_MS) {
         st = ivshm__fail(IVSHM_ERR_INVAL, "lease timeout %u ms is outside 100 "
                                           "ms .. 1 h",
                          o->lease_timeout_ms);
@@ -499,209 +501,4 @@ void ivshm_uuid_str(const uint8_t u[16], char out[37])
              "%02x",
              u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10],
              u[11], u[12], u[13], u[14], u[15]);
-}
-
-static ivshm_status_t require_valid(const ivshm_region_t *r)
-{
-    return r->valid ? IVSHM_OK
-                    : ivshm__fail(IVSHM_ERR_CORRUPT,
-                                  "region header is not valid");
-}
-
-ivshm_status_t ivshm_region_info(ivshm_region_t *r, ivshm_region_info_t *i)
-{
-    ivshm_status_t st = require_valid(r);
-    if (st != IVSHM_OK)
-        return st;
-    memset(i, 0, sizeof(*i));
-    memcpy(i->uuid, r->g.uuid, 16);
-    i->version = IVSHM_LAYOUT_VERSION;
-    i->size = r->g.size;
-    i->created_ns = ivshm__hdr(r)->created_ns;
-    i->chunk_size = 1u << r->g.chunk_shift;
-    i->chunk_count = r->g.chunk_count;
-    i->reg_slots = r->g.reg_slots;
-    i->job_slots = r->g.job_slots;
-    i->lease_timeout_ms = r->g.lease_timeout_ms;
-    i->heap_off = r->g.heap_off;
-    for (uint32_t k = 0; k < r->g.chunk_count; k++)
-        i->chunks_used += atomic_load(&ivshm__chunk(r, k)->owner) != 0;
-    for (uint32_t k = 0; k < r->g.reg_slots; k++)
-        i->reg_used += SLOT_STATE(atomic_load(&ivshm__reg(r, k)->word)) != 0;
-    for (uint32_t k = 0; k < r->g.job_slots; k++)
-        i->job_used += JOB_STATE(atomic_load(&ivshm__jobs(r, k)->word)) != 0;
-    return IVSHM_OK;
-}
-
-static void copy_str(char *dst, const char *src, size_t n)
-{
-    /* shared strings may lack a terminator or hold control bytes */
-    size_t k = 0;
-    for (; k + 1 < n && src[k]; k++)
-        dst[k] = (src[k] >= 0x20 && src[k] < 0x7f) ? src[k] : '?';
-    dst[k] = '\0';
-}
-
-ivshm_status_t ivshm_region_proc(ivshm_region_t *r, uint32_t i,
-                                 ivshm_proc_info_t *p)
-{
-    ivshm_status_t st = require_valid(r);
-    if (st != IVSHM_OK)
-        return st;
-    if (i >= r->g.reg_slots)
-        return IVSHM_ERR_NOT_FOUND;
-    struct ivshm_reg_slot *s = ivshm__reg(r, i);
-    memset(p, 0, sizeof(*p));
-    uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
-    p->slot = i;
-    p->gen = SLOT_GEN(w);
-    p->state = (int)SLOT_STATE(w);
-    p->pid = s->pid;
-    p->vm_id = s->vm_id;
-    uint64_t hb = atomic_load(&s->heartbeat_ns);
-    p->heartbeat_age_ms = hb ? (int64_t)(ivshm__now_ns() - hb) / 1000000 : -1;
-    for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
-        p->job += atomic_load(&s->jobs[k]) != 0;
-    copy_str(p->host, s->host, sizeof(p->host));
-    copy_str(p->comm, s->comm, sizeof(p->comm));
-    uint64_t tag = OWNER_TAG(OWNER_PROC, i, p->gen);
-    for (uint32_t k = 0; k < r->g.chunk_count; k++)
-        p->chunks += atomic_load(&ivshm__chunk(r, k)->owner) == tag;
-    return IVSHM_OK;
-}
-
-ivshm_status_t ivshm_region_job(ivshm_region_t *r, uint32_t i,
-                                ivshm_job_info_t *j)
-{
-    ivshm_status_t st = require_valid(r);
-    if (st != IVSHM_OK)
-        return st;
-    if (i >= r->g.job_slots)
-        return IVSHM_ERR_NOT_FOUND;
-    struct ivshm_job_slot *s = ivshm__jobs(r, i);
-    memset(j, 0, sizeof(*j));
-    uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
-    j->slot = i;
-    j->gen = JOB_GEN(w);
-    j->state = (int)JOB_STATE(w);
-    copy_str(j->key, s->key, sizeof(j->key));
-    j->area_off = atomic_load(&s->area_off);
-    j->area_size = s->area_size;
-    for (uint32_t k = 0; k < r->g.reg_slots; k++) {
-        struct ivshm_reg_slot *p = ivshm__reg(r, k);
-        if (SLOT_STATE(atomic_load(&p->word)) == SLOT_ALIVE &&
-            ivshm__is_member(p, i, j->gen))
-            j->members++;
-    }
-    return IVSHM_OK;
-}
-
-#define REPORT(st_, ...)                                                     \
-    do {                                                                     \
-        char m_[256];                                                        \
-        snprintf(m_, sizeof(m_), __VA_ARGS__);                               \
-        if (report)                                                          \
-            report(arg, (st_), m_);                                          \
-        if ((st_) != IVSHM_OK && first == IVSHM_OK)                          \
-            first = (st_);                                                   \
-    } while (0)
-
-ivshm_status_t ivshm_region_check(ivshm_region_t *r, ivshm_report_fn report,
-                                  void *arg)
-{
-    ivshm_status_t first = IVSHM_OK;
-    struct ivshm_geom g;
-    ivshm_status_t st = ivshm__validate_header(r->base, r->map_size, &g);
-    if (st != IVSHM_OK) {
-        REPORT(st, "header: %s", ivshm_last_error());
-        return first;
-    }
-    for (uint32_t i = 0; i < g.reg_slots; i++) {
-        uint64_t w = atomic_load(&ivshm__reg(r, i)->word);
-        if (SLOT_STATE(w) > SLOT_RECLAIMING)
-            REPORT(IVSHM_ERR_CORRUPT, "registry slot %u: state %u unknown", i,
-                   SLOT_STATE(w));
-        for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++) {
-            uint32_t job = (uint32_t)atomic_load(&ivshm__reg(r, i)->jobs[k]);
-            if (job > g.job_slots)
-                REPORT(IVSHM_ERR_CORRUPT,
-                       "registry slot %u: job index %u out of range", i, job);
-        }
-    }
-    for (uint32_t i = 0; i < g.job_slots; i++) {
-        struct ivshm_job_slot *s = ivshm__jobs(r, i);
-        uint64_t w = atomic_load(&s->word);
-        uint64_t off = atomic_load(&s->area_off);
-        uint64_t size = s->area_size;
-        if (JOB_STATE(w) > SLOT_RECLAIMING) {
-            REPORT(IVSHM_ERR_CORRUPT, "job slot %u: state %u unknown", i,
-                   JOB_STATE(w));
-            continue;
-        }
-        if (JOB_STATE(w) != SLOT_ALIVE || off == 0)
-            continue;
-        if (!ivshm__in_heap(&g, off, size) ||
-            (off - g.heap_off) % (1ull << g.chunk_shift)) {
-            REPORT(IVSHM_ERR_CORRUPT,
-                   "job slot %u: area [%llu, +%llu) outside the heap", i,
-                   (unsigned long long)off, (unsigned long long)size);
-            continue;
-        }
-        uint32_t c = (uint32_t)((off - g.heap_off) >> g.chunk_shift);
-        uint64_t tag = OWNER_TAG(OWNER_JOB, i, JOB_GEN(w));
-        if (atomic_load(&ivshm__chunk(r, c)->owner) != tag)
-            REPORT(IVSHM_ERR_CORRUPT,
-                   "job slot %u: its area's first chunk %u has another owner",
-                   i, c);
-    }
-    /* chunk table: runs are contiguous, owners exist */
-    for (uint32_t c = 0; c < g.chunk_count;) {
-        struct ivshm_chunk *k = ivshm__chunk(r, c);
-        uint64_t tag = atomic_load(&k->owner);
-        uint64_t run = atomic_load(&k->run);
-        if (tag == 0) {
-            if (run != 0)
-                REPORT(IVSHM_ERR_CORRUPT, "chunk %u: free but has run %llu",
-                       c, (unsigned long long)run);
-            c++;
-            continue;
-        }
-        if (run == 0 || run > g.chunk_count - c) {
-            REPORT(IVSHM_ERR_CORRUPT,
-                   "chunk %u: allocation of %llu chunks is out of range", c,
-                   (unsigned long long)run);
-            c++;
-            continue;
-        }
-        for (uint64_t n = 1; n < run; n++) {
-            struct ivshm_chunk *kn = ivshm__chunk(r, c + (uint32_t)n);
-            if (atomic_load(&kn->owner) != tag || atomic_load(&kn->run) != 0)
-                REPORT(IVSHM_ERR_CORRUPT,
-                       "chunk %llu: inside the allocation at %u but owned "
-                       "differently",
-                       (unsigned long long)(c + n), c);
-        }
-        unsigned kind = OWNER_KIND(tag);
-        uint32_t idx = OWNER_IDX(tag);
-        if ((kind != OWNER_PROC && kind != OWNER_JOB) ||
-            (kind == OWNER_PROC && idx >= g.reg_slots) ||
-            (kind == OWNER_JOB && idx >= g.job_slots)) {
-            REPORT(IVSHM_ERR_CORRUPT, "chunk %u: owner tag 0x%016llx invalid",
-                   c, (unsigned long long)tag);
-        } else {
-            uint64_t w = kind == OWNER_PROC
-                             ? atomic_load(&ivshm__reg(r, idx)->word)
-                             : atomic_load(&ivshm__jobs(r, idx)->word);
-            uint32_t gen = kind == OWNER_PROC ? SLOT_GEN(w) : JOB_GEN(w);
-            unsigned state = kind == OWNER_PROC ? SLOT_STATE(w) : JOB_STATE(w);
-            if (state == SLOT_FREE || gen != OWNER_GEN(tag))
-                REPORT(IVSHM_OK,
-                       "chunk %u: %llu chunks held by a %s that is gone "
-                       "(run 'ivshm gc')",
-                       c, (unsigned long long)run,
-                       kind == OWNER_PROC ? "process" : "job");
-        }
-        c += (uint32_t)run;
-    }
-    return first;
 }

@@ -156,7 +156,7 @@ ivshm_status_t ivshm_lease_renew(ivshm_region_t *r)
     if (atomic_load(&r->lease_lost))
         return IVSHM_ERR_LEASE_LOST;
     uint64_t mono = ivshm__mono_ns();
-    uint64_t period = (uint64_t)r->g.lease_timeout_ms * 1000000ull / 8;
+    uint64_t period = ivshm__ms_to_ns(r->g.lease_timeout_ms) / 8;
     if (mono - atomic_load_explicit(&r->last_renew_ns, memory_order_relaxed) <
         period)
         return IVSHM_OK;

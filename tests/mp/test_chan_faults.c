@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "chan_layout.h"
+#include "../chan_traffic.h"
 #include "../testutil.h"
 
 #include <ivshm/channel.h>
@@ -128,6 +129,45 @@ static uint32_t connect_ep(ivshm_ep_t *from, ivshm_ep_t *to)
     ivshm_ep_address(to, a);
     assert_int_equal(ivshm_ep_connect(from, a, sizeof(a), &peer), IVSHM_OK);
     return peer;
+}
+
+/* Forks a peer that joins `job` as endpoint 1 and then only holds it
+ * (never reads, never leaves) until it is killed. With buf_chunks it
+ * first allocates that many chunks, filled with 0xaa, and their offset
+ * comes back in *off. Returns once the peer is ready. */
+static pid_t fork_idle_peer(const char *job, uint32_t buf_chunks,
+                            uint64_t *off)
+{
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        struct view v;
+        view_open(&v, job);
+        struct sink s;
+        make_ep(&v, 1, NULL, &s);
+        uint64_t o = 0;
+        if (buf_chunks) {
+            ivshm_region_info_t ri;
+            ivshm_region_info(v.r, &ri);
+            uint64_t len = (uint64_t)buf_chunks * ri.chunk_size;
+            if (ivshm_alloc(v.r, len, &o) != IVSHM_OK)
+                _exit(9);
+            memset((char *)ivshm_region_base(v.r) + o, 0xaa, len);
+        }
+        if (write(ready[1], &o, sizeof(o)) != sizeof(o))
+            _exit(9);
+        for (;;)
+            pause();
+    }
+    close(ready[1]); /* a peer that fails before it is ready: EOF */
+    uint64_t o;
+    assert_int_equal(read(ready[0], &o, sizeof(o)), sizeof(o));
+    close(ready[0]);
+    if (off)
+        *off = o;
+    return pid;
 }
 
 /* One message from `from` (try_send), progressing `rx` while there is no
@@ -397,22 +437,7 @@ static void test_lost_piece_resyncs(void **state)
 static void test_frags_back_from_dead(void **state)
 {
     (void)state;
-    int ready[2];
-    assert_int_equal(pipe(ready), 0);
-    pid_t b = fork();
-    if (b == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        struct view v;
-        view_open(&v, "frags");
-        struct sink s;
-        make_ep(&v, 1, NULL, &s);
-        if (write(ready[1], "r", 1) != 1)
-            _exit(9);
-        for (;;)
-            pause(); /* never reads */
-    }
-    char x;
-    assert_int_equal(read(ready[0], &x, 1), 1);
+    pid_t b = fork_idle_peer("frags", 0, NULL);
     struct view v;
     view_open(&v, "frags");
     struct sink as, cs;
@@ -422,10 +447,8 @@ static void test_frags_back_from_dead(void **state)
     cfg.frag_count = 8;
     ivshm_ep_t *a = make_ep(&v, 0, &cfg, &as);
     ivshm_ep_t *cep = make_ep(&v, 2, NULL, &cs);
-    uint8_t addr[IVSHM_EP_ADDR_SIZE];
     uint32_t pb;
-    assert_int_equal(ivshm_domain_address(v.d, 1, addr), IVSHM_OK);
-    assert_int_equal(ivshm_ep_connect(a, addr, sizeof(addr), &pb), IVSHM_OK);
+    assert_int_equal(tr_connect(v.d, a, 1, &pb), 0);
     uint32_t pc = connect_ep(a, cep);
     /* 512 KiB towards B: every fragment ends up lent to it */
     static unsigned char big[32768];
@@ -743,28 +766,8 @@ static void test_range_straddles(void **state)
 static void test_owner_dies_during_get(void **state)
 {
     (void)state;
-    int ready[2];
-    assert_int_equal(pipe(ready), 0);
-    pid_t a = fork();
-    if (a == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        struct view v;
-        view_open(&v, "rget");
-        struct sink s;
-        make_ep(&v, 1, NULL, &s);
-        ivshm_region_info_t ri;
-        ivshm_region_info(v.r, &ri);
-        uint64_t off;
-        if (ivshm_alloc(v.r, 4 * ri.chunk_size, &off) != IVSHM_OK)
-            _exit(9);
-        memset((char *)ivshm_region_base(v.r) + off, 0xaa, 4 * ri.chunk_size);
-        if (write(ready[1], &off, sizeof(off)) != sizeof(off))
-            _exit(9);
-        for (;;)
-            pause();
-    }
     uint64_t off;
-    assert_int_equal(read(ready[0], &off, sizeof(off)), sizeof(off));
+    pid_t a = fork_idle_peer("rget", 4, &off);
     struct view b;
     view_open(&b, "rget");
     struct sink s;
@@ -772,10 +775,8 @@ static void test_owner_dies_during_get(void **state)
     ivshm_region_info_t ri;
     ivshm_region_info(b.r, &ri);
     uint64_t len = 4 * ri.chunk_size;
-    uint8_t addr[IVSHM_EP_ADDR_SIZE];
     uint32_t pa;
-    assert_int_equal(ivshm_domain_address(b.d, 1, addr), IVSHM_OK);
-    assert_int_equal(ivshm_ep_connect(ep, addr, sizeof(addr), &pa), IVSHM_OK);
+    assert_int_equal(tr_connect(b.d, ep, 1, &pa), 0);
     /* a live owner's own buffer: readable; a range past it: refused */
     assert_int_equal(ivshm_ep_peer_holds(ep, pa, off, len), IVSHM_OK);
     assert_int_equal(ivshm_ep_peer_holds(ep, pa, off, len + ri.chunk_size),

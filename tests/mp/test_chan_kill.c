@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "../testutil.h"
-#include "chan_traffic.h"
+#include "../chan_traffic.h"
 
 #include <poll.h>
 #include <stdbool.h>
@@ -100,18 +100,6 @@ static int proc_open(struct proc *p, int idx, bool heartbeat)
     return 0;
 }
 
-static int connect_to(struct proc *p, uint32_t idx, uint32_t *peer)
-{
-    for (int i = 0; i < 20000; i++) {
-        uint8_t a[IVSHM_EP_ADDR_SIZE];
-        if (ivshm_domain_address(p->d, idx, a) == IVSHM_OK &&
-            ivshm_ep_connect(p->ep, a, sizeof(a), peer) == IVSHM_OK)
-            return 0;
-        usleep(500);
-    }
-    return 1;
-}
-
 static int send_tr(struct proc *p, uint32_t peer, uint32_t me, uint32_t seq)
 {
     static unsigned char buf[TR_MAX_SIZE];
@@ -136,7 +124,7 @@ static void run_k(const char *step)
         _exit(20); /* "create" dies in here */
     if (renew)
         ivshm__test_step = kill_hook; /* the heartbeat thread meets it */
-    if (connect_to(&p, R_IDX, &peer))
+    if (tr_connect(p.d, p.ep, R_IDX, &peer))
         _exit(21);
     if (!strcmp(step, "destroy")) {
         for (uint32_t s = 0; s < 10; s++)
@@ -158,7 +146,7 @@ static void run_t(void)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     struct proc p;
     uint32_t peer;
-    if (proc_open(&p, T_IDX, true) || connect_to(&p, R_IDX, &peer))
+    if (proc_open(&p, T_IDX, true) || tr_connect(p.d, p.ep, R_IDX, &peer))
         _exit(30);
     for (uint32_t s = 0; s < t_msgs; s++)
         if (send_tr(&p, peer, T_IDX, s))
@@ -181,7 +169,7 @@ static void run_k2(void)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     struct proc p;
     uint32_t peer;
-    if (proc_open(&p, K_IDX, true) || connect_to(&p, R_IDX, &peer))
+    if (proc_open(&p, K_IDX, true) || tr_connect(p.d, p.ep, R_IDX, &peer))
         _exit(40);
     for (uint32_t s = 0; s < 20; s++)
         if (send_tr(&p, peer, K_IDX, s))
@@ -230,7 +218,7 @@ static void kill_at(const char *step)
     if (t == 0)
         run_t();
     uint32_t to_t, to_k = UINT32_MAX;
-    assert_int_equal(connect_to(&r, T_IDX, &to_t), 0);
+    assert_int_equal(tr_connect(r.d, r.ep, T_IDX, &to_t), 0);
     bool k_receives = !strcmp(step, "grant") || !strcmp(step, "ack");
     /* R: serves, sends to T, and (for the receiving roles) feeds K */
     uint32_t sent_t = 0, sent_k = 0;

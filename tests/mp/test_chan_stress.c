@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "../testutil.h"
-#include "chan_traffic.h"
+#include "../chan_traffic.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -96,20 +96,6 @@ static int proc_open(struct proc *p, int index, const ivshm_ep_config_t *cfg)
     return 0;
 }
 
-/* Connects to endpoint `index` once it exists (peers start in any order);
- * the directory stands in for a modex here. */
-static int connect_to(struct proc *p, uint32_t index, uint32_t *peer)
-{
-    for (int tries = 0; tries < 20000; tries++) {
-        uint8_t addr[IVSHM_EP_ADDR_SIZE];
-        if (ivshm_domain_address(p->d, index, addr) == IVSHM_OK &&
-            ivshm_ep_connect(p->ep, addr, sizeof(addr), peer) == IVSHM_OK)
-            return 0;
-        usleep(500);
-    }
-    return 1;
-}
-
 static int send_all(struct proc *p, uint32_t me, uint32_t peer, uint32_t count)
 {
     unsigned char *buf = malloc(TR_MAX_SIZE);
@@ -169,7 +155,7 @@ static pid_t spawn_sender(int s, const ivshm_ep_config_t *cfg,
         ivshm__test_step = hook ? on_step : NULL;
         int rc = proc_open(&p, s, cfg);
         if (!rc)
-            rc = connect_to(&p, 0, &peer);
+            rc = tr_connect(p.d, p.ep, 0, &peer);
         if (!rc)
             rc = send_all(&p, (uint32_t)s, peer, count);
         /* leave as a process should: destroy lingers until the receiver
@@ -234,7 +220,7 @@ static void test_all_to_all(void **state)
             uint32_t peers[N];
             for (int k = 0; k < N && !rc; k++)
                 if (k != i)
-                    rc = connect_to(&p, (uint32_t)k, &peers[k]);
+                    rc = tr_connect(p.d, p.ep, (uint32_t)k, &peers[k]);
             /* interleave: one message to each peer in turn */
             unsigned char *buf = malloc(TR_MAX_SIZE);
             for (uint32_t seq = 0; seq < per && !rc; seq++)
@@ -410,7 +396,7 @@ static void test_fifo_fuzz(void **state)
         cfg.fbox_cells = 0;
         int rc = proc_open(&p, 1, &cfg);
         if (!rc)
-            rc = connect_to(&p, 0, &peer);
+            rc = tr_connect(p.d, p.ep, 0, &peer);
         unsigned char buf[64] = {0};
         time_t end = time(NULL) + FUZZ_MAX_S;
         for (uint32_t seq = 0; !rc && !*stop && time(NULL) < end; seq++) {
@@ -495,7 +481,7 @@ static void test_sender_leaves(void **state)
             ivshm_ep_set_event_handler(p.ep, on_event, &p);
         }
         if (!rc)
-            rc = connect_to(&p, 1, &peer);
+            rc = tr_connect(p.d, p.ep, 1, &peer);
         time_t end = time(NULL) + 60;
         while (!rc && x.next < FIRST && time(NULL) < end)
             ivshm_ep_progress(p.ep); /* the sender gets its fast box */
@@ -522,7 +508,7 @@ static void test_sender_leaves(void **state)
         uint32_t peer;
         int rc = proc_open(&p, 1, NULL);
         if (!rc)
-            rc = connect_to(&p, 0, &peer);
+            rc = tr_connect(p.d, p.ep, 0, &peer);
         char buf[32] = {0};
         for (uint32_t i = 0; !rc && i < TOTAL; i++) {
             if (i == FIRST) { /* let the receiver stop taking */

@@ -37,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../mp/chan_traffic.h"
+#include "../chan_traffic.h"
 #include "ivshmem_uapi.h"
 
 #define TAG_DONE 0xfffffff0u

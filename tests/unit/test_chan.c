@@ -14,7 +14,7 @@
 #include "chan_internal.h"
 #include "chan_layout.h"
 #include "../testutil.h"
-#include "../mp/chan_traffic.h"
+#include "../chan_traffic.h"
 
 #include <pthread.h>
 

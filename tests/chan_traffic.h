@@ -1,7 +1,8 @@
 /*
  * Test traffic for channel tests: message sizes and contents are a pure
  * function of (sender, sequence), so a receiver regenerates and compares
- * every byte, and checks per-pair order from the tag (= sequence).
+ * every byte, and checks per-pair order from the tag (= sequence). Also
+ * how a test process connects to a peer that another process creates.
  */
 #ifndef IVSHM_CHAN_TRAFFIC_H
 #define IVSHM_CHAN_TRAFFIC_H
@@ -9,8 +10,10 @@
 #include <ivshm/channel.h>
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TR_MAX_SENDERS 64
 #define TR_MAX_SIZE (160u * 1024)
@@ -22,6 +25,21 @@ static inline uint64_t tr_mix(uint64_t x)
     x ^= x >> 33;
     x *= 0xc4ceb9fe1a85ec53ull;
     return x ^ (x >> 33);
+}
+
+/* Connects ep to endpoint `index` of domain d once it exists (peers start
+ * in any order; the directory stands in for a modex): 0, or 1 after 10 s. */
+static inline int tr_connect(ivshm_domain_t *d, ivshm_ep_t *ep,
+                             uint32_t index, uint32_t *peer)
+{
+    for (int tries = 0; tries < 20000; tries++) {
+        uint8_t addr[IVSHM_EP_ADDR_SIZE];
+        if (ivshm_domain_address(d, index, addr) == IVSHM_OK &&
+            ivshm_ep_connect(ep, addr, sizeof(addr), peer) == IVSHM_OK)
+            return 0;
+        usleep(500);
+    }
+    return 1;
 }
 
 /* Mostly small messages, some medium, a few large (several fragments). */
