@@ -1,5 +1,5 @@
 /*
- * Channel faults (issue #16), one test per confirmed defect, through real
+ * Channel faults, one test per confirmed defect, through real
  * processes sharing one /dev/shm region (a "VM" is a process with its own
  * IVSHM_VM_ID where it matters). Each test failed on the channel before
  * the fix; what it asserts is named in its comment.

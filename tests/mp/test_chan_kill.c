@@ -1,5 +1,5 @@
 /*
- * "Kill at every step" (issue #16): a participant K is killed (SIGKILL, from
+ * "Kill at every step": a participant K is killed (SIGKILL, from
  * the library's fault seam) at each step of the channel's life: between
  * claim and publish, with a fragment lent, right after a publish, right
  * after granting a fast box, before acknowledging a fragment, between

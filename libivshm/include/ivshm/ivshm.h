@@ -4,7 +4,8 @@
  * chunk allocator and co-residency.
  *
  * Everything the library reads from a region is treated as untrusted input:
- * another VM may write any byte at any time (see DESIGN.md section 3).
+ * another VM may write any byte at any time (docs/shared-loads.md lists
+ * every load and how it is checked).
  */
 #ifndef IVSHM_IVSHM_H
 #define IVSHM_IVSHM_H
