@@ -244,6 +244,12 @@ int mca_btl_ivshmem_deregister_mem(struct mca_btl_base_module_t *btl,
 int mca_btl_ivshmem_put(IVSHMEM_RDMA_PARAMS);
 int mca_btl_ivshmem_get(IVSHMEM_RDMA_PARAMS);
 /* for both modules (btl_ivshmem_module.c, btl_ivshmem_send.c) */
+typedef struct mca_btl_base_endpoint_t *(*mca_btl_ivshmem_reach_fn_t)(
+    opal_proc_t *proc, opal_proc_t *self, int *rc);
+int mca_btl_ivshmem_add_each(size_t nprocs, struct opal_proc_t **procs,
+                             struct mca_btl_base_endpoint_t **peers,
+                             struct opal_bitmap_t *reachable,
+                             mca_btl_ivshmem_reach_fn_t reach);
 void mca_btl_ivshmem_print_stats(struct mca_btl_base_endpoint_t *ep,
                                  const char *route);
 void mca_btl_ivshmem_deliver(struct mca_btl_base_module_t *btl,

@@ -15,73 +15,96 @@
 #include <string.h>
 #include <unistd.h>
 
+/* add_procs of both modules: every proc but this one is offered to
+ * reach(), which returns its endpoint, or NULL to leave it to other BTLs
+ * (an error in *rc ends the call). */
+int mca_btl_ivshmem_add_each(size_t nprocs, struct opal_proc_t **procs,
+                             struct mca_btl_base_endpoint_t **peers,
+                             struct opal_bitmap_t *reachable,
+                             mca_btl_ivshmem_reach_fn_t reach)
+{
+    opal_proc_t *self = opal_proc_local_get();
+    for (size_t i = 0; i < nprocs; i++) {
+        int rc = OPAL_SUCCESS;
+        peers[i] = procs[i] == self ? NULL : reach(procs[i], self, &rc);
+        if (rc != OPAL_SUCCESS)
+            return rc;
+        if (peers[i] && reachable)
+            opal_bitmap_set_bit(reachable, (int)i);
+    }
+    return OPAL_SUCCESS;
+}
+
+/* The region route's endpoint for proc: the peer maps our region in
+ * another VM (or ours, where btl_ivshmem_same_vm allows) and its channel
+ * endpoint connects. */
+static struct mca_btl_base_endpoint_t *
+region_reach(opal_proc_t *proc, opal_proc_t *self, int *rc)
+{
+    if (!IVSHMEM_COMPONENT->ep)
+        return NULL;
+    uint32_t vpid = (uint32_t)proc->proc_name.vpid;
+    if (vpid < IVSHMEM_COMPONENT->npeers && IVSHMEM_COMPONENT->seen &&
+        !IVSHMEM_COMPONENT->seen[vpid]) {
+        IVSHMEM_COMPONENT->seen[vpid] = 1;
+        IVSHMEM_COMPONENT->others_seen++;
+    }
+    mca_btl_ivshmem_modex_t *mx = mca_btl_ivshmem_modex_get(&proc->proc_name);
+    if (!mx || !(mx->flags & IVSHMEM_MODEX_REGION)) {
+        opal_output_verbose(1, IVSHMEM_COMPONENT->output,
+                            "btl ivshmem: rank %u: no region there: "
+                            "left to other routes",
+                            vpid);
+        free(mx);
+        return NULL;
+    }
+    ivshm_locality_t loc;
+    bool take = mca_btl_ivshmem_region_takes(mx, &loc);
+    uint32_t peer = 0;
+    if (take) {
+        ivshm_status_t st = ivshm_ep_connect(IVSHMEM_COMPONENT->ep, mx->addr,
+                                             sizeof(mx->addr), &peer);
+        if (st != IVSHM_OK || peer >= IVSHMEM_COMPONENT->npeers) {
+            opal_output_verbose(1, IVSHMEM_COMPONENT->output,
+                                "btl ivshmem: rank %u: cannot connect: %s",
+                                vpid, ivshm_last_error());
+            take = false;
+        }
+    }
+    opal_output_verbose(1, IVSHMEM_COMPONENT->output,
+                        "btl ivshmem: rank %u -> rank %u: %s: %s",
+                        (unsigned)self->proc_name.vpid, vpid,
+                        ivshm_locality_str(loc),
+                        take ? "reached through ivshmem"
+                             : "left to other BTLs");
+    free(mx);
+    if (!take)
+        return NULL;
+    struct mca_btl_base_endpoint_t *ep = IVSHMEM_COMPONENT->peers[peer];
+    if (!ep) {
+        if (!(ep = calloc(1, sizeof(*ep)))) {
+            *rc = OPAL_ERR_OUT_OF_RESOURCE;
+            return NULL;
+        }
+        OBJ_CONSTRUCT(&ep->pending, opal_list_t);
+    }
+    if (!ep->proc)
+        IVSHMEM_COMPONENT->reached++;
+    ep->proc = proc;
+    ep->peer = peer;
+    ep->vpid = vpid;
+    IVSHMEM_COMPONENT->peers[peer] = ep;
+    return ep;
+}
+
 static int add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
                      struct opal_proc_t **procs,
                      struct mca_btl_base_endpoint_t **peers,
                      struct opal_bitmap_t *reachable)
 {
     (void)btl;
-    opal_proc_t *self = opal_proc_local_get();
-    for (size_t i = 0; i < nprocs; i++) {
-        opal_proc_t *proc = procs[i];
-        peers[i] = NULL;
-        if (proc == self || !IVSHMEM_COMPONENT->ep)
-            continue;
-        uint32_t vpid = (uint32_t)proc->proc_name.vpid;
-        if (vpid < IVSHMEM_COMPONENT->npeers && IVSHMEM_COMPONENT->seen &&
-            !IVSHMEM_COMPONENT->seen[vpid]) {
-            IVSHMEM_COMPONENT->seen[vpid] = 1;
-            IVSHMEM_COMPONENT->others_seen++;
-        }
-        mca_btl_ivshmem_modex_t *mx = mca_btl_ivshmem_modex_get(&proc->proc_name);
-        if (!mx || !(mx->flags & IVSHMEM_MODEX_REGION)) {
-            opal_output_verbose(1, IVSHMEM_COMPONENT->output,
-                                "btl ivshmem: rank %u: no region there: "
-                                "left to other routes",
-                                vpid);
-            free(mx);
-            continue;
-        }
-        ivshm_locality_t loc;
-        bool take = mca_btl_ivshmem_region_takes(mx, &loc);
-        uint32_t peer = 0;
-        if (take) {
-            ivshm_status_t st = ivshm_ep_connect(
-                IVSHMEM_COMPONENT->ep, mx->addr, sizeof(mx->addr), &peer);
-            if (st != IVSHM_OK || peer >= IVSHMEM_COMPONENT->npeers) {
-                opal_output_verbose(1, IVSHMEM_COMPONENT->output,
-                                    "btl ivshmem: rank %u: cannot connect: "
-                                    "%s",
-                                    vpid, ivshm_last_error());
-                take = false;
-            }
-        }
-        opal_output_verbose(
-            1, IVSHMEM_COMPONENT->output,
-            "btl ivshmem: rank %u -> rank %u: "
-            "%s: %s",
-            (unsigned)self->proc_name.vpid, vpid, ivshm_locality_str(loc),
-            take ? "reached through ivshmem" : "left to other BTLs");
-        free(mx);
-        if (!take)
-            continue;
-        struct mca_btl_base_endpoint_t *ep = IVSHMEM_COMPONENT->peers[peer];
-        if (!ep) {
-            if (!(ep = calloc(1, sizeof(*ep))))
-                return OPAL_ERR_OUT_OF_RESOURCE;
-            OBJ_CONSTRUCT(&ep->pending, opal_list_t);
-        }
-        if (!ep->proc)
-            IVSHMEM_COMPONENT->reached++;
-        ep->proc = proc;
-        ep->peer = peer;
-        ep->vpid = vpid;
-        IVSHMEM_COMPONENT->peers[peer] = ep;
-        peers[i] = ep;
-        if (reachable)
-            opal_bitmap_set_bit(reachable, (int)i);
-    }
-    return OPAL_SUCCESS;
+    return mca_btl_ivshmem_add_each(nprocs, procs, peers, reachable,
+                                    region_reach);
 }
 
 /* Shared by both modules: the per-peer counters (btl_ivshmem_stats). */

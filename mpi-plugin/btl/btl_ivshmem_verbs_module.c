@@ -73,39 +73,41 @@ ivshmem_verbs_conn_t *ivshmem_verbs_conn_for(uint32_t vpid, const char **why)
     return vc;
 }
 
+/* The verbs route's endpoint for proc: a peer of this job on another
+ * node that the region does not reach and whose verbs address is sound. */
+static struct mca_btl_base_endpoint_t *
+verbs_reach(opal_proc_t *proc, opal_proc_t *self, int *rc)
+{
+    (void)rc;
+    if (!IVSHMEM_VERBS->conns ||
+        proc->proc_name.jobid != self->proc_name.jobid ||
+        OPAL_PROC_ON_LOCAL_NODE(proc->proc_flags))
+        return NULL;
+    uint32_t vpid = (uint32_t)proc->proc_name.vpid;
+    const char *why = NULL;
+    ivshmem_verbs_conn_t *vc = ivshmem_verbs_conn_for(vpid, &why);
+    if (!vc) {
+        opal_output_verbose(1, IVSHMEM_COMPONENT->output,
+                            "btl ivshmem: verbs: rank %u: %s", vpid, why);
+        return NULL;
+    }
+    struct mca_btl_base_endpoint_t *ep = vc->ep;
+    ep->proc = proc;
+    opal_output_verbose(1, IVSHMEM_COMPONENT->output,
+                        "btl ivshmem: rank %u -> rank %u: other host: "
+                        "reached through verbs",
+                        (unsigned)self->proc_name.vpid, vpid);
+    return ep;
+}
+
 static int verbs_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
                            struct opal_proc_t **procs,
                            struct mca_btl_base_endpoint_t **peers,
                            struct opal_bitmap_t *reachable)
 {
     (void)btl;
-    opal_proc_t *self = opal_proc_local_get();
-    for (size_t i = 0; i < nprocs; i++) {
-        opal_proc_t *proc = procs[i];
-        peers[i] = NULL;
-        if (proc == self || !IVSHMEM_VERBS->conns ||
-            proc->proc_name.jobid != self->proc_name.jobid ||
-            OPAL_PROC_ON_LOCAL_NODE(proc->proc_flags))
-            continue;
-        uint32_t vpid = (uint32_t)proc->proc_name.vpid;
-        const char *why = NULL;
-        ivshmem_verbs_conn_t *vc = ivshmem_verbs_conn_for(vpid, &why);
-        if (!vc) {
-            opal_output_verbose(1, IVSHMEM_COMPONENT->output,
-                                "btl ivshmem: verbs: rank %u: %s", vpid, why);
-            continue;
-        }
-        struct mca_btl_base_endpoint_t *ep = vc->ep;
-        ep->proc = proc;
-        peers[i] = ep;
-        if (reachable)
-            opal_bitmap_set_bit(reachable, (int)i);
-        opal_output_verbose(1, IVSHMEM_COMPONENT->output,
-                            "btl ivshmem: rank %u -> rank %u: other host: "
-                            "reached through verbs",
-                            (unsigned)self->proc_name.vpid, vpid);
-    }
-    return OPAL_SUCCESS;
+    return mca_btl_ivshmem_add_each(nprocs, procs, peers, reachable,
+                                    verbs_reach);
 }
 
 static void drop_peer(struct mca_btl_base_endpoint_t *ep)
