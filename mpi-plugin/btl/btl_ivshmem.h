@@ -28,6 +28,7 @@
 #include <ivshm/channel.h>
 #include <ivshm/ivshm.h>
 
+#include "btl_ivshmem_handle.h"
 #include "btl_ivshmem_lock.h"
 
 BEGIN_C_DECLS
@@ -158,25 +159,13 @@ struct mca_btl_base_endpoint_t {
     uint64_t gets, get_bytes; /* single-copy reads of the peer's buffers */
     uint64_t puts, put_bytes; /* single-copy writes into them */
     uint64_t rdma_refused;    /* put/get with a handle that does not hold */
+    uint64_t credit_waits;    /* verbs: sends that found the peer's buffers
+                                 all in use and waited for its credits */
     opal_list_t pending;  /* those waiting, in order (retried by progress) */
     struct ivshmem_verbs_conn_t *vc; /* the verbs route's peers: the
                                         connection; NULL for region peers */
 };
 typedef struct mca_btl_base_endpoint_t mca_btl_base_endpoint_t;
-
-/* A registration. Memory inside the region can be reached by peers: its
- * handle names it by region offset. Other memory is registered for local
- * use only (the local side of a put or get), so that ob1 never offers it
- * to a peer. Handles from peers are untrusted and checked before use. */
-#define IVSHMEM_REG_IN_REGION 0x1u
-struct mca_btl_base_registration_handle_t {
-    uint64_t addr;  /* the registering process' address of the buffer */
-    uint64_t len;
-    uint64_t off;   /* region offset of addr (IVSHMEM_REG_IN_REGION) */
-    uint32_t flags;
-    uint32_t check; /* IVSHMEM_REG_CHECK ^ flags, a cheap sanity mark */
-};
-#define IVSHMEM_REG_CHECK 0x52474849u /* "IHGR" */
 
 typedef struct mca_btl_ivshmem_reg_t {
     opal_free_list_item_t super;

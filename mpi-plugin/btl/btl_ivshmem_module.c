@@ -117,13 +117,14 @@ void mca_btl_ivshmem_print_stats(struct mca_btl_base_endpoint_t *ep,
                 "btl ivshmem stats: host %s rank %u -> rank %u: route %s: "
                 "%llu sends %llu bytes, %llu receives %llu bytes, %llu queued "
                 "for room, %llu gets %llu bytes, %llu puts %llu bytes, %llu "
-                "refused",
+                "waits for credits, %llu refused",
                 host, (unsigned)OPAL_PROC_MY_NAME.vpid, ep->vpid, route,
                 (unsigned long long)ep->sends, (unsigned long long)ep->bytes_out,
                 (unsigned long long)ep->recvs, (unsigned long long)ep->bytes_in,
                 (unsigned long long)ep->queued, (unsigned long long)ep->gets,
                 (unsigned long long)ep->get_bytes, (unsigned long long)ep->puts,
                 (unsigned long long)ep->put_bytes,
+                (unsigned long long)ep->credit_waits,
                 (unsigned long long)ep->rdma_refused);
 }
 

@@ -69,25 +69,16 @@ int mca_btl_ivshmem_deregister_mem(struct mca_btl_base_module_t *btl,
 }
 
 /* Our mapping of [raddr, raddr + size) of a peer's registered buffer, or
- * NULL. The handle came from the peer: every field is checked. */
+ * NULL (btl_ivshmem_handle.h checks the handle). */
 static void *remote_ptr(const mca_btl_base_registration_handle_t *h,
                         uint64_t raddr, size_t size, uint32_t owner)
 {
-    if (!h || !IVSHMEM_COMPONENT->r)
+    if (!IVSHMEM_COMPONENT->r)
         return NULL;
-    mca_btl_base_registration_handle_t hd;
-    memcpy(&hd, h, sizeof(hd)); /* one read of shared bytes */
-    uint64_t rsize = ivshm_region_size(IVSHMEM_COMPONENT->r);
-    if (hd.flags != IVSHMEM_REG_IN_REGION ||
-        hd.check != (IVSHMEM_REG_CHECK ^ hd.flags) || hd.len > rsize ||
-        hd.off > rsize - hd.len || raddr < hd.addr ||
-        raddr - hd.addr > hd.len || size > hd.len - (raddr - hd.addr))
-        return NULL;
-    uint64_t off = hd.off + (raddr - hd.addr);
-    /* the range must be the peer's own memory, under its live lease: a
-     * stale handle of a dead or restarted peer is refused */
-    if (ivshm_ep_peer_holds(IVSHMEM_COMPONENT->ep, owner, off, size) !=
-        IVSHM_OK)
+    uint64_t off = ivshmem_handle_range(
+        IVSHMEM_COMPONENT->ep, ivshm_region_size(IVSHMEM_COMPONENT->r), owner,
+        h, raddr, size);
+    if (off == UINT64_MAX)
         return NULL;
     return (char *)ivshm_region_base(IVSHMEM_COMPONENT->r) + off;
 }
@@ -137,8 +128,7 @@ static void rdma_finish(const rdma_op_t *op)
         endpoint->get_bytes += op->size;
         /* the owner died during the copy: its chunks may have been
          * reclaimed and reused, the bytes may be someone else's */
-        if (ivshm_ep_peer_alive(IVSHMEM_COMPONENT->ep, endpoint->peer) !=
-            IVSHM_OK) {
+        if (!ivshmem_get_held(IVSHMEM_COMPONENT->ep, endpoint->peer)) {
             opal_output(0, "btl ivshmem: rank %u died while its buffer was "
                            "read; the message is failed, not delivered",
                         endpoint->vpid);

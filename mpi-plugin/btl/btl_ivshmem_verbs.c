@@ -321,6 +321,9 @@ int ivshmem_verbs_post_send(ivshmem_verbs_conn_t *vc, ivshmem_verbs_frag_t *f)
     if (!can_send(vc) || !opal_list_is_empty(&vc->pending)) {
         if (vc->state == VC_IDLE)
             start_connect(vc);
+        if (vc->state == VC_CONNECTED && vc->credits <= 1 &&
+            opal_list_is_empty(&vc->pending))
+            vc->ep->credit_waits++; /* a wait for credits begins */
         opal_list_append(&vc->pending, &f->base.super.super);
         return OPAL_SUCCESS;
     }

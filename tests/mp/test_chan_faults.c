@@ -15,6 +15,7 @@
 #include "chan_layout.h"
 #include "../chan_traffic.h"
 #include "../testutil.h"
+#include "../../mpi-plugin/btl/btl_ivshmem_handle.h"
 
 #include <ivshm/channel.h>
 
@@ -762,7 +763,8 @@ static void test_range_straddles(void **state)
 /* B reads A's region buffer by offset, as ob1's RGET does through the
  * BTL. A is killed after announcing it and its chunks go to a new owner:
  * B's check before the copy refuses the handle, and a copy that was under
- * way when A died is reported by the check after it. */
+ * way when A died is reported by the check after it. The BTL's own checks
+ * (btl_ivshmem_handle.h) are run on A's handle at each point. */
 static void test_owner_dies_during_get(void **state)
 {
     (void)state;
@@ -782,6 +784,25 @@ static void test_owner_dies_during_get(void **state)
     assert_int_equal(ivshm_ep_peer_holds(ep, pa, off, len + ri.chunk_size),
                      IVSHM_ERR_INVAL);
     assert_int_equal(ivshm_ep_peer_alive(ep, pa), IVSHM_OK);
+    /* the handle A's BTL would send for the buffer, at A's address X */
+    const uint64_t x = 0x7f0000000000ull;
+    struct mca_btl_base_registration_handle_t h = {
+        x, len, off, IVSHMEM_REG_IN_REGION,
+        IVSHMEM_REG_CHECK ^ IVSHMEM_REG_IN_REGION};
+    uint64_t rsize = ivshm_region_size(b.r);
+    assert_true(ivshmem_handle_range(ep, rsize, pa, &h, x + 100, 200) ==
+                off + 100);
+    assert_true(ivshmem_get_held(ep, pa));
+    /* past the buffer, a forged offset, a broken mark: refused */
+    assert_true(ivshmem_handle_range(ep, rsize, pa, &h, x + len - 8, 16) ==
+                UINT64_MAX);
+    struct mca_btl_base_registration_handle_t bad = h;
+    bad.len += ri.chunk_size; /* a chunk that is not A's */
+    assert_true(ivshmem_handle_range(ep, rsize, pa, &bad, x, bad.len) ==
+                UINT64_MAX);
+    bad = h;
+    bad.check ^= 1;
+    assert_true(ivshmem_handle_range(ep, rsize, pa, &bad, x, 8) == UINT64_MAX);
     /* the owner dies mid-transfer; a new process gets its chunks */
     kill(a, SIGKILL);
     waitpid(a, NULL, 0);
@@ -797,6 +818,9 @@ static void test_owner_dies_during_get(void **state)
     assert_int_equal(mine, 4); /* every chunk of A's buffer is C's now */
     assert_int_equal(ivshm_ep_peer_alive(ep, pa), IVSHM_ERR_PEER_DEAD);
     assert_int_equal(ivshm_ep_peer_holds(ep, pa, off, len), IVSHM_ERR_PEER_DEAD);
+    /* the BTL fails a get that was under way, and refuses a new one */
+    assert_false(ivshmem_get_held(ep, pa));
+    assert_true(ivshmem_handle_range(ep, rsize, pa, &h, x, len) == UINT64_MAX);
     ivshm_ep_destroy(ep);
     view_close(&c);
     view_close(&b);

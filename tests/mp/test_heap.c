@@ -348,12 +348,18 @@ static void test_detach_keeps_blocks(void **state)
     (void)state;
     unsigned char *a = malloc(MIB), *b = malloc(3 * MIB);
     char *small = malloc(64);
+    /* one byte past a page: its last page must be the block's too */
+    const size_t odd = 17 * 4096 + 1;
+    unsigned char *o = malloc(odd);
     fill(a, MIB, 21);
     fill(b, 3 * MIB, 22);
+    fill(o, odd, 24);
     assert_true(in_region(a, MIB) && in_region(b, 3 * MIB));
+    assert_true(in_region(o, odd));
+    assert_true(malloc_usable_size(o) >= odd);
     uint64_t moved = stats().moved;
-    assert_int_equal(ivshm_heap_detach(keep, NULL), 2);
-    assert_int_equal(stats().moved, moved + 2);
+    assert_int_equal(ivshm_heap_detach(keep, NULL), 3);
+    assert_int_equal(stats().moved, moved + 3);
     assert_int_equal(stats().attached, 0);
     /* the chunks went back to the region while our lease held them */
     uint64_t off;
@@ -363,6 +369,10 @@ static void test_detach_keeps_blocks(void **state)
     R = NULL;
     assert_true(intact(a, MIB, 21));
     assert_true(intact(b, 3 * MIB, 22));
+    assert_true(intact(o, odd, 24)); /* its last byte moved with it */
+    assert_true(malloc_usable_size(o) >= odd);
+    fill(o, odd, 25);
+    free(o);
     fill(a, MIB, 23); /* writable, private */
     assert_true(intact(a, MIB, 23));
     assert_int_equal(malloc_usable_size(b), 3 * MIB);

@@ -5,7 +5,11 @@
  *   mpi_routes check    every pair ping-pongs (8 B to 300 KB, payload
  *                       checked), then a >= 4 MiB message each way per
  *                       pair, then Allreduce, Alltoall and Bcast with
- *                       checked results. Rank 0 prints one line per part:
+ *                       checked results, then a burst of 300 small
+ *                       messages from rank 0 to the last rank (another
+ *                       host) while that rank does not receive: more than
+ *                       its verbs receive buffers, so the sender must
+ *                       wait for credits. Rank 0 prints one line per part:
  *                       "IVT-PASS mpi-NAME" or "IVT-FAIL mpi-NAME: why".
  *   mpi_routes stream N the first rank sends N checked 256 KiB messages
  *                       to the last (a job that must not be disturbed)
@@ -148,6 +152,32 @@ static int check(void)
         for (int i = 0; i < A; i++)
             bad += ar[p * A + i] != p * 1000000 + rank * 10000 + i;
     failed |= report("alltoall", bad);
+
+    /* A burst larger than the receiver's verbs buffers (64 by default),
+     * sent while the last rank is busy elsewhere: every message arrives,
+     * in order, once the sender has waited for credits */
+    enum { BURST = 300, BLEN = 64 };
+    unsigned char *burst = malloc((size_t)BURST * BLEN);
+    bad = 0;
+    if (rank == 0) {
+        MPI_Request *rq = malloc(BURST * sizeof(*rq));
+        for (int i = 0; i < BURST; i++) {
+            fill(burst + (size_t)i * BLEN, BLEN, 0, size - 1, i);
+            MPI_Isend(burst + (size_t)i * BLEN, BLEN, MPI_BYTE, size - 1, 7,
+                      MPI_COMM_WORLD, &rq[i]);
+        }
+        MPI_Waitall(BURST, rq, MPI_STATUSES_IGNORE);
+        free(rq);
+    } else if (rank == size - 1) {
+        sleep(2);
+        for (int i = 0; i < BURST; i++) {
+            MPI_Recv(burst, BLEN, MPI_BYTE, 0, 7, MPI_COMM_WORLD,
+                     MPI_STATUS_IGNORE);
+            bad += bad_bytes(burst, BLEN, 0, size - 1, i);
+        }
+    }
+    free(burst);
+    failed |= report("burst", bad);
 
     /* Bcast of 1 MiB from the last rank (another host than rank 0) */
     size_t bn = 1u << 20;
