@@ -53,11 +53,13 @@ mpicc -O2 "$here/ivshm_app.c" -o "$work/ivshm-app" -lm
 
 region=/dev/shm/ivshm-paper-$$
 if [ $single = 1 ]; then
-    trap 'rm -rf "$work" "$region"' EXIT INT TERM
+    trap 'rm -rf "$work" "$region"' EXIT
+    trap 'exit 1' INT TERM
     single_node_region "$region" 1G
 else
     [ "$(id -u)" = 0 ] || { echo "paper-eval.sh: needs root (network namespaces)" >&2; exit 1; }
-    trap '"$SIMVM" down >/dev/null 2>&1; rm -rf "$work"' EXIT INT TERM
+    trap '"$SIMVM" down >/dev/null 2>&1; rm -rf "$work"' EXIT
+    trap 'exit 1' INT TERM
     specs=""
     i=0; while [ $i -lt "$maxvms" ]; do specs="$specs a:$i"; i=$((i + 1)); done
     # shellcheck disable=SC2086

@@ -17,7 +17,8 @@ set -u
 simvm_require
 
 work=$(mktemp -d)
-trap '"$SIMVM" down; rm -rf "$work"' EXIT INT TERM
+trap '"$SIMVM" down; rm -rf "$work"' EXIT
+trap 'exit 1' INT TERM
 mpicc -O2 -pthread "$top_srcdir/tests/simvm/mpi_threads.c" -o "$work/mpi_threads"
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok: $*"; }
