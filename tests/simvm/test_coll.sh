@@ -20,10 +20,11 @@ set -u
 . "$(dirname "$0")/lib.sh"
 simvm_require
 [ -f "$top_builddir/mpi-plugin/coll/.libs/mca_coll_ivshmem.so" ] ||
-    { echo "SKIP: coll ivshmem not built (no libmpi to link)"; exit 77; }
+    simvm_skip "coll ivshmem not built (no libmpi to link)"
 
 work=$(mktemp -d)
-trap '"$SIMVM" down; rm -rf "$work"' EXIT INT TERM
+trap '"$SIMVM" down; rm -rf "$work"' EXIT
+trap 'exit 1' INT TERM
 mpicc -O2 "$top_srcdir/tests/simvm/mpi_coll.c" -o "$work/mpi_coll"
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok: $*"; }

@@ -8,10 +8,11 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 simvm_require
-command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
+command -v python3 >/dev/null || simvm_skip "no python3"
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+trap 'exit 1' INT TERM
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok: $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
