@@ -11,7 +11,8 @@
 #     (the threads' malloc'd buffers in the region, docs/heap.md);
 #  4. a rank killed while the other's threads send to it: the job ends with
 #     an error, no hang.
-# Needs root, iproute2 and Open MPI; skipped (77) otherwise.
+# Needs root, iproute2 and Open MPI; skipped (77) otherwise (a FAIL under
+# IVSHM_REQUIRE_ALL=1).
 set -u
 . "$(dirname "$0")/lib.sh"
 simvm_require
