@@ -18,7 +18,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # expects it; the release build runs with IVSHM_REQUIRE_ALL=1, which turns
 # every skip of a test into a FAIL with its reason.
 tiers=$(mktemp)
-trap 'rm -f "$tiers"' EXIT
+trap 'rm -f "$tiers" "$tiers.res"' EXIT
 trap 'exit 1' INT TERM
 tier() { # NAME STATUS: one line of the closing summary
     printf '  %-26s %s\n' "$1" "$2" >>"$tiers"
