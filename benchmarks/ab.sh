@@ -33,6 +33,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../tests/simvm/lib.sh"
 . "$here/bench-lib.sh"
+SIMVM_TIMEOUT=${RUN_LIMIT:-600} # bound of one benchmark run
 rounds=3 benches=latency maxb=65536 reps=7 pairs=7 ref="" rsize=512M
 names="" nsetups=0
 while [ $# -gt 0 ]; do

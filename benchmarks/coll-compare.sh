@@ -60,7 +60,8 @@ chmod +x "$work/pin"
 
 region=/dev/shm/ivshm-coll-$$
 if [ $single = 1 ]; then
-    trap 'rm -rf "$work" "$region"' EXIT INT TERM
+    trap 'rm -rf "$work" "$region"' EXIT
+    trap 'exit 1' INT TERM
     single_node_region "$region" 1G
     # one OS; the pin wrapper places the ranks
     simvm_mpirun() {
@@ -70,7 +71,8 @@ if [ $single = 1 ]; then
     }
 else
     [ "$(id -u)" = 0 ] || { echo "coll-compare.sh: needs root (network namespaces)" >&2; exit 1; }
-    trap '"$SIMVM" down >/dev/null 2>&1; rm -rf "$work"' EXIT INT TERM
+    trap '"$SIMVM" down >/dev/null 2>&1; rm -rf "$work"' EXIT
+    trap 'exit 1' INT TERM
     specs="" i=0
     while [ $i -lt "$np" ]; do specs="$specs a:$i"; i=$((i + 1)); done
     # shellcheck disable=SC2086

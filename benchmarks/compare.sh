@@ -51,6 +51,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../tests/simvm/lib.sh"
 . "$here/bench-lib.sh"
+SIMVM_TIMEOUT=${RUN_LIMIT:-600} # bound of one benchmark run
 quick=0 osu="" out="" single=0 pairs=7 rounds=1 benches="latency bw bibw mlat put get allreduce bcast alltoall"
 while [ $# -gt 0 ]; do
     case $1 in
@@ -74,7 +75,8 @@ if [ -z "$osu" ]; then
     mpicc -O2 "$here/ivshm_osu.c" -o "$work/ivshm-osu"
 fi
 if [ $single = 1 ]; then
-    trap 'rm -rf "$work" /dev/shm/ivshm-compare-$$' EXIT INT TERM
+    trap 'rm -rf "$work" /dev/shm/ivshm-compare-$$' EXIT
+    trap 'exit 1' INT TERM
     single_node_region /dev/shm/ivshm-compare-$$ 512M
     # one OS, cores pinned
     simvm_mpirun() {
@@ -84,7 +86,8 @@ if [ $single = 1 ]; then
     }
 else
     [ "$(id -u)" = 0 ] || { echo "compare.sh: needs root (network namespaces)" >&2; exit 1; }
-    trap '"$SIMVM" down; rm -rf "$work"' EXIT INT TERM
+    trap '"$SIMVM" down; rm -rf "$work"' EXIT
+    trap 'exit 1' INT TERM
     "$SIMVM" up a:0 a:1
     simvm_format 512M
 fi

@@ -16,6 +16,7 @@ fi
 B=$top/_build-demo
 R=/dev/shm/ivshm-demo
 trap 'rm -f "$R"' EXIT
+trap 'exit 1' INT TERM
 echo "=== primitive channel latency between two processes (as two VMs)"
 "$B/libivshm/tools/ivshm" format "file:$R" --size 64M --force
 "$B/benchmarks/ivshm-lat" --region "file:$R" --max 4096 | grep -E '^#|^ +(8|64|4096) '

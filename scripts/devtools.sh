@@ -10,7 +10,8 @@ set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 debs=$(mktemp -d)
 chmod a+rwx "$debs" # apt-get download fetches as the _apt user
-trap 'rm -rf "$debs"' EXIT INT TERM
+trap 'rm -rf "$debs"' EXIT
+trap 'exit 1' INT TERM
 cd "$debs"
 apt-get download iproute2 libbpf1 libelf1 libmnl0 libbsd0 libcap2 libmd0 libxtables12 >/dev/null
 rm -rf "$top/.devtools"

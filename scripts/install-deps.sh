@@ -7,7 +7,7 @@ PKGS="build-essential autoconf automake libtool pkg-config
       clang libclang-rt-14-dev iproute2 util-linux procps python3
       qemu-system-x86 busybox-static xz-utils gnuplot-nox
       libibverbs-dev librdmacm-dev debootstrap cpio kmod
-      openssh-client"
+      openssh-client systemd"
 missing=
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"

@@ -11,43 +11,160 @@ sh scripts/install-deps.sh
 autoreconf -fi >/dev/null 2>&1 || autoreconf -fi
 jobs=$(nproc 2>/dev/null || echo 2)
 
+# Every tier is listed at the end as ran or not run (with the reason). A
+# tier this machine can run (the README's: root, Open MPI, QEMU, network
+# namespaces, Debian's archive) that did not run fails the whole command:
+# a SKIP is accepted only where this script expects it, for the build that
+# expects it; the release build runs with IVSHM_REQUIRE_ALL=1, which turns
+# every skip of a test into a FAIL with its reason.
+tiers=$(mktemp)
+trap 'rm -f "$tiers" "$tiers.res"' EXIT
+trap 'exit 1' INT TERM
+tier() { # NAME STATUS: one line of the closing summary
+    printf '  %-26s %s\n' "$1" "$2" >>"$tiers"
+}
+total_pass=0 total_fail=0 total_skip=0
+summary() {
+    echo "=== tiers"
+    cat "$tiers"
+    total_skip=$(grep -c ' not run' "$tiers" || true)
+    echo "$total_pass passed, $total_fail failed, $total_skip skipped"
+}
+die() { # WHY: ends the run as failed, with the summary so far
+    echo "FAIL: $*"
+    tier "failed" "$*"
+    total_fail=$((total_fail + 1))
+    summary
+    exit 1
+}
+
+# tier_of TEST: the tier a test of `make check` belongs to (its key)
+tier_of() {
+    case $1 in
+    tests/unit/*) echo unit ;;
+    tests/mp/*) echo mp ;;
+    tests/fuzz/*) echo fuzz ;;
+    tests/cli/*) echo cli ;;
+    tests/server/*) echo server ;;
+    tests/simvm/*) echo simvm ;;
+    tests/qemu/test_qemu_mpi*) echo qemu-mpi ;;
+    tests/qemu/test_guest_admin*) echo guest-admin ;;
+    tests/qemu/*) echo qemu ;;
+    *) echo other ;;
+    esac
+}
+tier_name() { # KEY
+    case $1 in
+    unit) echo "unit (cmocka)" ;; mp) echo "multi-process" ;; cli) echo "CLI/docs" ;;
+    simvm) echo "simulated-VM MPI" ;; qemu) echo "QEMU guests" ;; qemu-mpi) echo "QEMU MPI" ;;
+    guest-admin) echo "guest admin" ;; *) echo "$1" ;;
+    esac
+}
+
+# check_results BUILD EXPECTED_SKIPS REQUIRED_TIERS: reads the build's
+# .trs files; a SKIP not in EXPECTED_SKIPS ("test=why ...") fails, and so
+# does a required tier with no test that ran
+check_results() {
+    build=$1 expected=$2 required=$3
+    results=$(cd "$top/_build-$build" && find tests -name '*.trs' | sort | while read -r t; do
+        printf '%s %s\n' "${t%.trs}" "$(sed -n 's/^:test-result: //p' "$t" | head -1)"; done)
+    [ -n "$results" ] || die "$build: no test results"
+    bad_skip=""
+    printf '%s\n' "$results" >"$tiers.res"
+    while read -r t r; do
+        [ "$r" = SKIP ] || continue
+        why=$(sed -n 's/^SKIP: //p' "$top/_build-$build/$t.log" | head -1)
+        if printf '%s\n' $expected | grep -qx "$t"; then
+            tier "$(tier_name "$(tier_of "$t")") [$build]" "not run: $t: ${why:-skipped}"
+        else
+            echo "FAIL: $build: $t was skipped, which this machine must run: ${why:-no reason given}"
+            bad_skip="$bad_skip $t"
+        fi
+    done <"$tiers.res"
+    for name in $required; do
+        n=0
+        while read -r t r; do
+            [ "$(tier_of "$t")" = "$name" ] || continue
+            [ "$r" = SKIP ] || n=$((n + 1))
+        done <"$tiers.res"
+        human=$(tier_name "$name")
+        if [ "$n" -gt 0 ]; then
+            tier "$human [$build]" "ran ($n tests)"
+        else
+            tier "$human [$build]" "not run: no test of it in this build"
+            bad_skip="$bad_skip $human"
+        fi
+    done
+    rm -f "$tiers.res"
+    p=$(sed -n 's/^# PASS: *//p' "$top/_build-$build/test-suite.log" | head -1)
+    f=$(sed -n 's/^# FAIL: *//p' "$top/_build-$build/test-suite.log" | head -1)
+    total_pass=$((total_pass + ${p:-0})); total_fail=$((total_fail + ${f:-0}))
+    [ -z "$bad_skip" ] || die "$build: not run here although this machine has what they need:$bad_skip"
+}
+
+# require_configured BUILD WHAT...: configure's summary says yes for each
+require_configured() {
+    build=$1; shift
+    for what in "$@"; do
+        line=$(grep "^  $what \.\.*" "$top/_build-$build/configure.out" || true)
+        case $line in
+        *" yes"*) ;;
+        *) die "$build: configure left out '$what' (${line:-no summary line}), which scripts/install-deps.sh installs" ;;
+        esac
+    done
+}
+
+# run_build NAME REQUIRE_ALL CONFIGURE_ARGS...
 run_build() {
-    name=$1; shift
+    name=$1 require=$2; shift 2
     echo "=== build: $name"
     rm -rf "$top/_build-$name"
     mkdir -p "$top/_build-$name"
     cd "$top/_build-$name"
-    "$top/configure" --enable-werror "$@" >configure.out 2>&1 || { cat configure.out; exit 1; }
-    tail -8 configure.out
-    make -j"$jobs" >make.out 2>&1 || { cat make.out; exit 1; }
-    if ! make -j"$jobs" check; then
+    "$top/configure" --enable-werror "$@" >configure.out 2>&1 || { cat configure.out; die "$name: configure"; }
+    tail -9 configure.out
+    make -j"$jobs" >make.out 2>&1 || { cat make.out; die "$name: make"; }
+    if ! IVSHM_REQUIRE_ALL=$require IVSHM_REQUIRE_GUESTS=$require make -j"$jobs" check; then
         for f in $(find . -name '*.log' -path '*tests*'); do echo "--- $f"; tail -50 "$f"; done
-        exit 1
+        cd "$top"
+        die "$name: make check"
     fi
     cd "$top"
 }
 
-# the QEMU guest tests must run here, not skip
-IVSHM_REQUIRE_GUESTS=1 run_build release CFLAGS="-O2 -g"
-# the components also compile against Open MPI 5.x (Debian 13's headers)
+# every tier runs here: nothing may skip
+run_build release 1 CFLAGS="-O2 -g"
+require_configured release "cmocka unit tests" "libFuzzer" "Open MPI component" "verbs route" "QEMU guest tests"
+check_results release "" "unit mp fuzz cli server simvm qemu qemu-mpi guest-admin"
+# the components also compile against Open MPI 5.x (Debian 13's headers,
+# from Debian's archive, which CI reaches)
 echo "=== Open MPI 5.x compile check"
-rc=0
-sh scripts/check-ompi5.sh || rc=$?
-[ $rc = 0 ] || [ $rc = 77 ] || exit 1
-# The sanitizer builds leave out the MPI component: an instrumented
-# component cannot be loaded into uninstrumented MPI processes.
+sh scripts/check-ompi5.sh >"$top/_build-release/ompi5.out" 2>&1 || { cat "$top/_build-release/ompi5.out"; die "Open MPI 5 compile check"; }
+cat "$top/_build-release/ompi5.out"
+tier "Open MPI 5 compile check" "ran ($(grep -c 'check-ompi5: ok' "$top/_build-release/ompi5.out") files)"
+grep '^check-ompi5: not run: ' "$top/_build-release/ompi5.out" | sed 's/^check-ompi5: //' | while read -r l; do
+    tier "Open MPI 5 compile check" "$l"; done
+# The sanitizer builds leave out the MPI component and the guests: an
+# instrumented component cannot be loaded into uninstrumented MPI
+# processes, and the guests take static programs. So their MPI, guest and
+# server-less tiers are not in these builds at all; test_docs checks the
+# library's defaults and skips the component's.
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    run_build asan --disable-shared --without-ompi --disable-guest-tests CFLAGS="-O1 -g $SAN" LDFLAGS="$SAN"
+    run_build asan 0 --disable-shared --without-ompi --disable-guest-tests CFLAGS="-O1 -g $SAN" LDFLAGS="$SAN"
+require_configured asan "cmocka unit tests"
+check_results asan "tests/cli/test_docs" "unit mp fuzz cli server"
+tier "MPI and guest tiers [asan]" "not run: not in the sanitizer builds (an instrumented component cannot load into uninstrumented MPI processes; guests take static programs)"
 # ThreadSanitizer: the threaded channel tests (one mapping shared by
 # threads, so every access is visible to the sanitizer) and the BTL's lock
 echo "=== build: tsan"
 rm -rf "$top/_build-tsan" && mkdir -p "$top/_build-tsan" && cd "$top/_build-tsan"
 "$top/configure" --enable-werror --disable-shared --without-ompi --disable-guest-tests CFLAGS="-O1 -g -fsanitize=thread" \
-    LDFLAGS="-fsanitize=thread" >configure.out 2>&1 || { cat configure.out; exit 1; }
-make -j"$jobs" tests/unit/test_chan tests/unit/test_btl_lock >make.out 2>&1 || { cat make.out; exit 1; }
-TSAN_OPTIONS="halt_on_error=1" ./tests/unit/test_chan
-TSAN_OPTIONS="halt_on_error=1" ./tests/unit/test_btl_lock
+    LDFLAGS="-fsanitize=thread" >configure.out 2>&1 || { cat configure.out; die "tsan: configure"; }
+make -j"$jobs" tests/unit/test_chan tests/unit/test_btl_lock >make.out 2>&1 || { cat make.out; die "tsan: make"; }
+TSAN_OPTIONS="halt_on_error=1" timeout 900 ./tests/unit/test_chan || die "tsan: test_chan"
+TSAN_OPTIONS="halt_on_error=1" timeout 300 ./tests/unit/test_btl_lock || die "tsan: test_btl_lock"
+tier "TSan" "ran (test_chan, test_btl_lock)"
 cd "$top"
 # UBSan over the region heap (libivshm-heap.so, a shared object that
 # replaces malloc): ASan and TSan bring a malloc of their own, so the heap
@@ -56,21 +173,19 @@ echo "=== build: ubsan (region heap)"
 rm -rf "$top/_build-ubsan" && mkdir -p "$top/_build-ubsan" && cd "$top/_build-ubsan"
 "$top/configure" --enable-werror --without-ompi --disable-guest-tests \
     CFLAGS="-O1 -g -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
-    LDFLAGS="-fsanitize=undefined" >configure.out 2>&1 || { cat configure.out; exit 1; }
-make -j"$jobs" tests/mp/test_heap >make.out 2>&1 || { cat make.out; exit 1; }
-UBSAN_OPTIONS=print_stacktrace=1 ./tests/mp/test_heap
+    LDFLAGS="-fsanitize=undefined" >configure.out 2>&1 || { cat configure.out; die "ubsan: configure"; }
+make -j"$jobs" tests/mp/test_heap >make.out 2>&1 || { cat make.out; die "ubsan: make"; }
+UBSAN_OPTIONS=print_stacktrace=1 timeout 600 ./tests/mp/test_heap || die "ubsan: test_heap"
+tier "UBSan heap" "ran (test_heap)"
 cd "$top"
 if [ "${IVSHM_SKIP_DISTCHECK:-0}" != 1 ]; then
     echo "=== make distcheck"
     (cd "$top/_build-release" && make -j"$jobs" distcheck >distcheck.out 2>&1) || {
-        tail -60 "$top/_build-release/distcheck.out"; exit 1; }
+        tail -60 "$top/_build-release/distcheck.out"; die "distcheck"; }
     grep -E "archives ready|^libivshm-.*tar.gz" "$top/_build-release/distcheck.out" || true
+    tier "distcheck" "ran"
+else
+    tier "distcheck" "not run (IVSHM_SKIP_DISTCHECK=1)"
 fi
-total_pass=0 total_fail=0
-for d in "$top"/_build-release "$top"/_build-asan; do
-    p=$(sed -n 's/^# PASS: *//p' "$d/test-suite.log" | head -1)
-    f=$(sed -n 's/^# FAIL: *//p' "$d/test-suite.log" | head -1)
-    total_pass=$((total_pass + ${p:-0})); total_fail=$((total_fail + ${f:-0}))
-done
 echo "=== all test builds passed"
-echo "$total_pass passed, $total_fail failed"
+summary

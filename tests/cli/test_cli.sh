@@ -3,11 +3,13 @@
 # codes for bad input, and check/gc on a damaged region.
 set -u
 b=${top_builddir:-.}
+. "${top_srcdir:-.}/tests/cli/lib.sh"
 IVSHM="$b/libivshm/tools/ivshm"
 R=/dev/shm/ivshm-cli-test-$$
 pass=0 fail=0
 cleanup() { rm -f "$R" "$R.small" "$R.zero" "$R.huge" "$R.keep"; }
 trap cleanup EXIT
+trap 'exit 1' INT TERM
 
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
@@ -86,7 +88,8 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
     "$IVSHM" format "file:$R" --force --mode 600 >/dev/null
     expect 4 "permission denied" setpriv --reuid=65534 --regid=65534 --clear-groups "$IVSHM" info "file:$R"
     contains "chmod"
+else
+    not_checked "permission denied (needs root and setpriv)"
 fi
 rm -f /tmp/ivshm-cli-out.$$
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -1,9 +1,12 @@
 # Sourced by the QEMU guest tests (tests/qemu/test_*.sh): what they share.
 
 # skip WHY: exit 77 (skipped), or fail where guests are required
+# (IVSHM_REQUIRE_GUESTS=1, or IVSHM_REQUIRE_ALL=1 for every tier)
 skip() {
+    if [ "${IVSHM_REQUIRE_GUESTS:-0}" = 1 ] || [ "${IVSHM_REQUIRE_ALL:-0}" = 1 ]; then
+        echo "FAIL: $* (the guest tests must run here: IVSHM_REQUIRE_GUESTS/IVSHM_REQUIRE_ALL=1)"; exit 1
+    fi
     echo "SKIP: $*"
-    [ "${IVSHM_REQUIRE_GUESTS:-0}" = 1 ] && { echo "FAIL: IVSHM_REQUIRE_GUESTS=1"; exit 1; }
     exit 77
 }
 

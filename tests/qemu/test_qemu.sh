@@ -25,6 +25,7 @@ cleanup() {
     [ "${IVSHM_KEEP_GUEST_LOGS:-0}" = 1 ] || rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM
 
 . "$s/tests/qemu/guest-lib.sh"
 command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64"

@@ -1,0 +1,46 @@
+#!/bin/sh
+# Runs one test of `make check` under a time bound (the LOG_COMPILER and
+# SH_LOG_COMPILER of Makefile.am), so that a test that hangs fails with a
+# message instead of stalling the suite: automake has no timeout of its own.
+#   run-bounded.sh [INTERPRETER] TEST
+# Each bound is about three times the test's time on the 2-core CI machine
+# (the time is printed at the end of each log); $IVSHM_TEST_TIMEOUT (seconds)
+# replaces them all. A simulated-VM test's bound counts from its turn on the
+# simulated VMs' lock (tests/simvm/lib.sh), not from its wait for it.
+set -u
+for name; do :; done
+base=$(basename "$name" .sh)
+case $base in
+    # guests under TCG (~4 and ~3.5 min), more on a fresh machine, where
+    # each first builds its Debian root by debootstrap
+    test_qemu_mpi|test_guest_admin) bound=1200 ;;
+    test_qemu) bound=600 ;;           # ~40 s
+    test_simvm|test_coll|test_paper_quick) bound=900 ;;   # ~1 min each
+    test_threads|test_heap) bound=600 ;;
+    *) bound=600 ;;                   # unit, multi-process, fuzz, CLI: < 30 s (ASan: ~10x)
+esac
+bound=${IVSHM_TEST_TIMEOUT:-$bound}
+
+case $name in
+*/tests/simvm/*|tests/simvm/*)
+    if [ "$(id -u)" = 0 ] && [ -z "${SIMVM_LOCK_HELD:-}" ] && command -v flock >/dev/null; then
+        exec 9>"${SIMVM_LOCK:-/run/ivshm-simvm.lock}"
+        flock -w "${SIMVM_LOCK_WAIT:-3600}" 9 || {
+            echo "FAIL: $base: the simulated VMs stayed in use by another run for ${SIMVM_LOCK_WAIT:-3600} s"; exit 1; }
+        SIMVM_LOCK_HELD=$$
+        export SIMVM_LOCK_HELD
+    fi ;;
+esac
+
+t0=$(date +%s)
+# timeout signals the test's whole process group (mpirun, QEMU, children);
+# a test that ignores TERM is killed 30 s later
+timeout -k 30 "$bound" "$@"
+rc=$?
+t=$(($(date +%s) - t0))
+if [ $rc = 124 ] || { [ $rc = 137 ] && [ "$t" -ge "$bound" ]; }; then
+    echo "FAIL: $base did not finish within $bound s"
+    exit 124
+fi
+echo "run-bounded: $base exited $rc after $t s (bound $bound s)"
+exit $rc
