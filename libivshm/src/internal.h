@@ -93,7 +93,9 @@ struct ivshm_reg_slot {
     _Atomic uint64_t jobs[IVSHM_JOBS_PER_PROC];
     char host[32];
     char comm[16];
-    uint8_t reserved[8];
+    /* the job (MEMBER_WORD) this process holds in reclaiming, 0 none;
+     * written by the owner only, before it takes the job slot */
+    _Atomic uint64_t holding;
 };
 #define MEMBER_WORD(idx, gen) (((uint64_t)(gen) << 32) | ((uint64_t)(idx) + 1))
 _Static_assert(sizeof(struct ivshm_reg_slot) == 2 * IVSHM_CACHELINE,
@@ -111,7 +113,8 @@ struct ivshm_job_slot {
     _Atomic uint64_t word;
     _Atomic uint64_t area_off; /* 0 until the area exists */
     uint64_t area_size;
-    _Atomic uint64_t creator; /* owner tag of the creating process */
+    _Atomic uint64_t creator; /* owner tag of the creating process; its
+                               * liveness is its membership (C0, job.c) */
     char key[IVSHM_JOB_KEY_MAX + 1];
     uint8_t reserved[48];
 };
@@ -204,7 +207,8 @@ ivshm_status_t ivshm__fail_errno(int err, const char *what, const char *path);
 /* util.c */
 /* Fault-injection seam for the tests (tests/mp/test_chan_faults.c): called
  * with the name of the step a process is at (claim, lend, publish, grant,
- * ack, create, destroy, renew); NULL in production. */
+ * ack, create, destroy, renew, job-claim, job-reclaim); NULL in
+ * production. */
 extern void (*ivshm__test_step)(const char *step);
 #define IVSHM_TEST_STEP(name)                                                \
     do {                                                                     \
