@@ -28,6 +28,11 @@
  * lease_timeout_ms): 100 ms to 1 h. */
 #define IVSHM_LEASE_MIN_MS 100u
 #define IVSHM_LEASE_MAX_MS 3600000u
+/* The other ranged header fields: chunk sizes 4 KiB to 1 GiB, slots. */
+#define IVSHM_CHUNK_SHIFT_MIN 12u
+#define IVSHM_CHUNK_SHIFT_MAX 30u
+#define IVSHM_REG_SLOTS_MAX 65536u
+#define IVSHM_JOB_SLOTS_MAX 4096u
 
 enum ivshm_hdr_state {
     HDR_EMPTY = 0,
