@@ -486,41 +486,69 @@ static ivshm_region_t *attach_as(const char *vm)
     return r;
 }
 
+/* Sets the heartbeat of r's lease to `ms` ago, as an owner in another VM
+ * that stalled that long leaves it: the test decides the lease's age
+ * instead of sleeping against the clock (a loaded machine stalls too). */
+static void age_lease(ivshm_region_t *r, uint64_t ms)
+{
+    atomic_store(&ivshm__reg(r, r->slot)->heartbeat_ns,
+                 ivshm__now_ns() - ms * 1000000ull);
+}
+
+static uint64_t heartbeat_of(ivshm_region_t *r)
+{
+    return atomic_load(&ivshm__reg(r, r->slot)->heartbeat_ns);
+}
+
 /* A lease of another VM expires after the timeout; before it, a slow owner
- * keeps it; after a reclaim the owner learns it on renew. */
+ * keeps it; a renew before the gc keeps it; after a reclaim the owner
+ * learns it on renew. */
 static void test_lease_expiry(void **state)
 {
     (void)state;
-    assert_int_equal(tu_format(path, 2 << 20, 0, 200), IVSHM_OK);
+    assert_int_equal(tu_format(path, 2 << 20, 0, 10000), IVSHM_OK);
     ivshm_region_t *slow = attach_as("vm-slow"), *gc = attach_as("vm-gc");
     uint64_t off;
     assert_int_equal(ivshm_alloc(slow, 4096, &off), IVSHM_OK);
     ivshm_gc_stats_t s;
     assert_int_equal(ivshm_gc(gc, &s), IVSHM_OK);
     assert_int_equal(s.procs_reclaimed, 0); /* young lease: kept */
-    usleep(120 * 1000);
-    assert_int_equal(ivshm_lease_renew(slow), IVSHM_OK); /* renewed in time */
-    usleep(120 * 1000);
+    age_lease(slow, 9000);
     assert_int_equal(ivshm_gc(gc, &s), IVSHM_OK);
-    assert_int_equal(s.procs_reclaimed, 0);
-    usleep(300 * 1000);
+    assert_int_equal(s.procs_reclaimed, 0); /* near the timeout: kept */
+    age_lease(slow, 20000);
+    atomic_store(&slow->last_renew_ns, 0); /* renew now, not rate-limited */
+    assert_int_equal(ivshm_lease_renew(slow), IVSHM_OK);
+    assert_int_equal(ivshm_gc(gc, &s), IVSHM_OK);
+    assert_int_equal(s.procs_reclaimed, 0); /* renewed in time */
+    age_lease(slow, 10500);
     assert_int_equal(ivshm_gc(gc, &s), IVSHM_OK);
     assert_int_equal(s.procs_reclaimed, 1);
     assert_int_equal(s.chunks_freed, 1);
+    atomic_store(&slow->last_renew_ns, 0);
     assert_int_equal(ivshm_lease_renew(slow), IVSHM_ERR_LEASE_LOST);
     ivshm_region_close(slow);
     ivshm_region_close(gc);
 }
 
+/* The heartbeat thread renews on its own: each time the owner's lease is
+ * aged past the timeout, the thread's next renewal (every timeout/4) is
+ * waited for, and a gc then keeps the lease. */
 static void test_heartbeat_thread(void **state)
 {
     (void)state;
-    assert_int_equal(tu_format(path, 2 << 20, 0, 200), IVSHM_OK);
+    assert_int_equal(tu_format(path, 2 << 20, 0, 2000), IVSHM_OK);
     ivshm_region_t *owner = attach_as("vm-1"), *gc = attach_as("vm-2");
     assert_int_equal(ivshm_lease_start_thread(owner), IVSHM_OK);
     ivshm_gc_stats_t s;
-    for (int i = 0; i < 10; i++) {
-        usleep(100 * 1000);
+    for (int i = 0; i < 3; i++) {
+        age_lease(owner, 5000);
+        uint64_t aged = heartbeat_of(owner);
+        for (int waited = 0; heartbeat_of(owner) <= aged; waited++) {
+            if (waited == 30000)
+                fail_msg("round %d: no renewal within 30 s", i);
+            usleep(1000);
+        }
         assert_int_equal(ivshm_gc(gc, &s), IVSHM_OK);
         assert_int_equal(s.procs_reclaimed, 0);
     }
