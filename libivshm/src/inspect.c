@@ -96,6 +96,8 @@ ivshm_status_t ivshm_region_job(ivshm_region_t *r, uint32_t i,
     j->slot = i;
     j->gen = JOB_GEN(w);
     j->state = (int)JOB_STATE(w);
+    if (j->state == SLOT_FREE)
+        return IVSHM_OK; /* a released slot keeps its last job's fields */
     copy_str(j->key, s->key, sizeof(j->key));
     j->area_off = atomic_load(&s->area_off);
     j->area_size = s->area_size;

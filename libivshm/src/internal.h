@@ -28,6 +28,11 @@
  * lease_timeout_ms): 100 ms to 1 h. */
 #define IVSHM_LEASE_MIN_MS 100u
 #define IVSHM_LEASE_MAX_MS 3600000u
+/* The other ranged header fields: chunk sizes 4 KiB to 1 GiB, slots. */
+#define IVSHM_CHUNK_SHIFT_MIN 12u
+#define IVSHM_CHUNK_SHIFT_MAX 30u
+#define IVSHM_REG_SLOTS_MAX 65536u
+#define IVSHM_JOB_SLOTS_MAX 4096u
 
 enum ivshm_hdr_state {
     HDR_EMPTY = 0,
@@ -93,7 +98,9 @@ struct ivshm_reg_slot {
     _Atomic uint64_t jobs[IVSHM_JOBS_PER_PROC];
     char host[32];
     char comm[16];
-    uint8_t reserved[8];
+    /* the job (MEMBER_WORD) this process holds in reclaiming, 0 none;
+     * written by the owner only, before it takes the job slot */
+    _Atomic uint64_t holding;
 };
 #define MEMBER_WORD(idx, gen) (((uint64_t)(gen) << 32) | ((uint64_t)(idx) + 1))
 _Static_assert(sizeof(struct ivshm_reg_slot) == 2 * IVSHM_CACHELINE,
@@ -111,7 +118,8 @@ struct ivshm_job_slot {
     _Atomic uint64_t word;
     _Atomic uint64_t area_off; /* 0 until the area exists */
     uint64_t area_size;
-    _Atomic uint64_t creator; /* owner tag of the creating process */
+    _Atomic uint64_t creator; /* owner tag of the creating process; its
+                               * liveness is its membership (C0, job.c) */
     char key[IVSHM_JOB_KEY_MAX + 1];
     uint8_t reserved[48];
 };
@@ -204,7 +212,8 @@ ivshm_status_t ivshm__fail_errno(int err, const char *what, const char *path);
 /* util.c */
 /* Fault-injection seam for the tests (tests/mp/test_chan_faults.c): called
  * with the name of the step a process is at (claim, lend, publish, grant,
- * ack, create, destroy, renew); NULL in production. */
+ * ack, create, destroy, renew, job-claim, job-reclaim); NULL in
+ * production. */
 extern void (*ivshm__test_step)(const char *step);
 #define IVSHM_TEST_STEP(name)                                                \
     do {                                                                     \

@@ -8,6 +8,14 @@
  * index wins; a creator that sees a higher competing claim waits for it to
  * either give way or publish (then joins it). Waits go only towards higher
  * indices, so they cannot form a cycle.
+ *
+ * A slot held in a passing state never depends on its holder living: a
+ * creator is a member of the slot it claims before it claims it (C0), and
+ * a collector records the slot in its registry slot's holding word before
+ * taking it for release (H0). Both records die with the holder's lease, so
+ * gc frees a claiming slot without live members and finishes the release
+ * of a reclaiming slot without a live holder. Every release is a CAS on
+ * the word, so two collectors finishing one release free it once.
  */
 #include "internal.h"
 
@@ -59,57 +67,98 @@ bool ivshm__is_member(struct ivshm_reg_slot *p, uint32_t idx, uint32_t gen)
     return false;
 }
 
-static unsigned count_members(ivshm_region_t *r, uint32_t idx, uint32_t gen)
+/* Live processes (registry alive or claiming) that are members of job
+ * (idx, gen) or, with holds, that hold it in reclaiming. */
+static unsigned count_live(ivshm_region_t *r, uint32_t idx, uint32_t gen,
+                           bool holds)
 {
     unsigned n = 0;
     for (uint32_t k = 0; k < r->g.reg_slots; k++) {
         struct ivshm_reg_slot *p = ivshm__reg(r, k);
         uint64_t w = atomic_load(&p->word);
-        if ((SLOT_STATE(w) == SLOT_ALIVE || SLOT_STATE(w) == SLOT_CLAIMING) &&
-            ivshm__is_member(p, idx, gen))
+        if (SLOT_STATE(w) != SLOT_ALIVE && SLOT_STATE(w) != SLOT_CLAIMING)
+            continue;
+        if (holds ? atomic_load(&p->holding) == MEMBER_WORD(idx, gen)
+                  : ivshm__is_member(p, idx, gen))
             n++;
     }
     return n;
 }
 
-/* Frees a job slot we hold in RECLAIMING (or CLAIMING, as its creator). */
-static unsigned release_job(ivshm_region_t *r, uint32_t idx, uint64_t w)
+/* Frees job slot idx from word w, claiming or reclaiming, which we hold
+ * or take over. The CAS commits; the area's chunks carry the old
+ * generation, so they are freed after it (none can be taken meanwhile). */
+static bool release_job(ivshm_region_t *r, uint32_t idx, uint64_t w,
+                        unsigned *chunks)
 {
     struct ivshm_job_slot *s = ivshm__jobs(r, idx);
-    unsigned n =
-        ivshm__free_owned_by(r, OWNER_TAG(OWNER_JOB, idx, JOB_GEN(w)));
-    atomic_store(&s->area_off, 0);
-    atomic_store(&s->creator, 0);
-    memset(s->key, 0, sizeof(s->key));
-    atomic_store_explicit(&s->word, JOB_WORD(0, JOB_GEN(w) + 1, SLOT_FREE),
-                          memory_order_release);
-    return n;
+    uint32_t gen = JOB_GEN(w);
+    if (!atomic_compare_exchange_strong(&s->word, &w,
+                                        JOB_WORD(0, gen + 1, SLOT_FREE)))
+        return false;
+    *chunks += ivshm__free_owned_by(r, OWNER_TAG(OWNER_JOB, idx, gen));
+    return true;
+}
+
+/* Takes job slot i from w to mine (reclaiming), or with w == mine finishes
+ * the release of a collector that is gone, under our hold; then releases
+ * the job or, when a member joined meanwhile, hands it back. */
+static bool reclaim_job(ivshm_region_t *r, uint32_t i, uint64_t w,
+                        uint64_t mine, unsigned *chunks)
+{
+    struct ivshm_job_slot *s = ivshm__jobs(r, i);
+    uint32_t gen = JOB_GEN(w);
+    _Atomic uint64_t *hold =
+        r->attached ? &ivshm__reg(r, r->slot)->holding : NULL;
+    /* H0: hold, then take (seq_cst both); pairs with the count of holds
+     * in gc, so a collector killed after the take is known by its hold,
+     * which dies with its lease. A collector that is not attached leaves
+     * none: one that finds its release unfinished finishes it alongside. */
+    if (hold)
+        atomic_store(hold, MEMBER_WORD(i, gen));
+    bool taken = w == mine ? atomic_load(&s->word) == w
+                           : atomic_compare_exchange_strong(&s->word, &w, mine);
+    bool freed = false;
+    if (taken) {
+        IVSHM_TEST_STEP("job-reclaim");
+        /* J1: recount after the take; pairs with J0 in join. */
+        if (count_live(r, i, gen, false) != 0)
+            atomic_compare_exchange_strong(
+                &s->word, &mine, JOB_WORD(JOB_HASH(mine), gen, SLOT_ALIVE));
+        else
+            freed = release_job(r, i, mine, chunks);
+    }
+    if (hold)
+        atomic_store(hold, 0);
+    return freed;
 }
 
 unsigned ivshm__job_gc(ivshm_region_t *r, unsigned *chunks)
 {
     unsigned n = 0;
     for (uint32_t i = 0; i < r->g.job_slots; i++) {
-        struct ivshm_job_slot *s = ivshm__jobs(r, i);
-        uint64_t w = atomic_load(&s->word);
-        unsigned st = JOB_STATE(w);
-        if (st == SLOT_CLAIMING) {
-            uint64_t c = atomic_load(&s->creator);
-            if (c == 0 || ivshm__proc_live(r, OWNER_IDX(c), OWNER_GEN(c)))
-                continue;
-        } else if (st != SLOT_ALIVE || count_members(r, i, JOB_GEN(w)) != 0) {
-            continue;
+        uint64_t w = atomic_load(&ivshm__jobs(r, i)->word);
+        uint32_t gen = JOB_GEN(w);
+        switch (JOB_STATE(w)) {
+        case SLOT_CLAIMING:
+            /* its creator joined before claiming (C0): no live member
+             * means no creator; it never publishes (its CAS fails) */
+            if (count_live(r, i, gen, false) == 0)
+                n += release_job(r, i, w, chunks);
+            break;
+        case SLOT_ALIVE:
+            if (count_live(r, i, gen, false) == 0)
+                n += reclaim_job(
+                    r, i, w, JOB_WORD(JOB_HASH(w), gen, SLOT_RECLAIMING),
+                    chunks);
+            break;
+        case SLOT_RECLAIMING:
+            if (count_live(r, i, gen, true) == 0)
+                n += reclaim_job(r, i, w, w, chunks);
+            break;
+        default:
+            break;
         }
-        uint64_t mine = JOB_WORD(JOB_HASH(w), JOB_GEN(w), SLOT_RECLAIMING);
-        if (!atomic_compare_exchange_strong(&s->word, &w, mine))
-            continue;
-        /* J1: recount after the claim; pairs with J0 in join. */
-        if (st == SLOT_ALIVE && count_members(r, i, JOB_GEN(w)) != 0) {
-            atomic_compare_exchange_strong(&s->word, &mine, w);
-            continue;
-        }
-        *chunks += release_job(r, i, w);
-        n++;
     }
     return n;
 }
@@ -152,14 +201,21 @@ static bool wait_claim(ivshm_region_t *r, uint32_t j, uint64_t w)
     while (atomic_load(&s->word) == w) {
         if (ivshm__mono_ns() > deadline)
             return false;
-        uint64_t c = atomic_load(&s->creator);
-        if (c && !ivshm__proc_live(r, OWNER_IDX(c), OWNER_GEN(c))) {
+        if (count_live(r, j, JOB_GEN(w), false) == 0) {
             unsigned chunks = 0;
             ivshm__job_gc(r, &chunks);
         }
         ivshm__backoff(&spins);
     }
     return true;
+}
+
+/* A creator's retreat: free its claim, then leave it (C0 in reverse). */
+static void give_up_claim(ivshm_region_t *r, uint32_t mine, uint64_t w)
+{
+    unsigned chunks = 0;
+    release_job(r, mine, w, &chunks);
+    clear_membership(r, mine, JOB_GEN(w));
 }
 
 enum scan_result { SCAN_NONE, SCAN_JOINED, SCAN_RETRY, SCAN_BUSY, SCAN_FULL };
@@ -242,13 +298,23 @@ ivshm_status_t ivshm_job_join(ivshm_region_t *r, const char *key,
             w = atomic_load(&s->word);
             if (JOB_STATE(w) != SLOT_FREE)
                 continue;
-            uint64_t claim = JOB_WORD(h, JOB_GEN(w), SLOT_CLAIMING);
-            if (atomic_compare_exchange_strong(&s->word, &w, claim)) {
-                atomic_store(&s->creator,
-                             OWNER_TAG(OWNER_PROC, r->slot, r->gen));
-                w = claim;
-                mine = (int)i;
+            uint32_t gen = JOB_GEN(w);
+            uint64_t claim = JOB_WORD(h, gen, SLOT_CLAIMING);
+            /* C0: member first, then claim (seq_cst both), so that a
+             * creator killed at any later step leaves a claim that gc
+             * frees once this lease is gone. */
+            if (!set_membership(r, i, gen))
+                goto too_many;
+            if (!atomic_compare_exchange_strong(&s->word, &w, claim)) {
+                clear_membership(r, i, gen);
+                continue;
             }
+            IVSHM_TEST_STEP("job-claim");
+            atomic_store(&s->creator, OWNER_TAG(OWNER_PROC, r->slot, r->gen));
+            atomic_store(&s->area_off, 0);
+            memset(s->key, 0, sizeof(s->key));
+            w = claim;
+            mine = (int)i;
         }
         if (mine < 0) {
             unsigned chunks = 0;
@@ -262,7 +328,7 @@ ivshm_status_t ivshm_job_join(ivshm_region_t *r, const char *key,
         }
         sr = scan(r, key, h, mine, j);
         if (sr != SCAN_NONE) {
-            release_job(r, (uint32_t)mine, w);
+            give_up_claim(r, (uint32_t)mine, w);
             if (sr == SCAN_BUSY)
                 break;
             continue;
@@ -273,23 +339,22 @@ ivshm_status_t ivshm_job_join(ivshm_region_t *r, const char *key,
         st = ivshm__alloc_owned(r, OWNER_TAG(OWNER_JOB, mine, gen), area_size,
                                 &off);
         if (st != IVSHM_OK) {
-            release_job(r, (uint32_t)mine, w);
+            give_up_claim(r, (uint32_t)mine, w);
             free(j);
             return st;
         }
-        if (!set_membership(r, (uint32_t)mine, gen)) {
-            ivshm__free_owned_by(r, OWNER_TAG(OWNER_JOB, mine, gen));
-            release_job(r, (uint32_t)mine, w);
-            goto too_many;
-        }
         memset((char *)r->base + off, 0, area_size);
-        memset(s->key, 0, sizeof(s->key));
         memcpy(s->key, key, klen);
         s->area_size = area_size;
         atomic_store(&s->area_off, off);
-        /* J2: publish; joiners acquire the word and then read the slot. */
-        atomic_store_explicit(&s->word, JOB_WORD(h, gen, SLOT_ALIVE),
-                              memory_order_release);
+        /* J2: publish; joiners acquire the word and then read the slot.
+         * By CAS: gc frees a claim whose creator lost its lease (C0). */
+        if (!atomic_compare_exchange_strong_explicit(
+                &s->word, &w, JOB_WORD(h, gen, SLOT_ALIVE),
+                memory_order_release, memory_order_relaxed)) {
+            clear_membership(r, (uint32_t)mine, gen);
+            continue;
+        }
         j->idx = (uint32_t)mine;
         j->gen = gen;
         j->area_off = off;

@@ -40,6 +40,7 @@ static unsigned release_slot(ivshm_region_t *r, uint32_t i, uint32_t gen)
     unsigned freed = ivshm__free_owned_by(r, OWNER_TAG(OWNER_PROC, i, gen));
     for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
         atomic_store(&s->jobs[k], 0);
+    atomic_store(&s->holding, 0);
     s->pid = 0;
     s->vm_id = 0;
     s->start_time = 0;
@@ -81,9 +82,10 @@ static bool owner_live(ivshm_region_t *r, uint64_t tag, bool *valid)
     if (kind == OWNER_PROC && idx < r->g.reg_slots)
         return ivshm__proc_live(r, idx, OWNER_GEN(tag));
     if (kind == OWNER_JOB && idx < r->g.job_slots) {
+        /* a job in reclaiming may still be handed back (J1): its
+         * collector frees the area after releasing the slot */
         uint64_t w = atomic_load(&ivshm__jobs(r, idx)->word);
-        return JOB_GEN(w) == OWNER_GEN(tag) &&
-               (JOB_STATE(w) == SLOT_ALIVE || JOB_STATE(w) == SLOT_CLAIMING);
+        return JOB_GEN(w) == OWNER_GEN(tag) && JOB_STATE(w) != SLOT_FREE;
     }
     *valid = false;
     return true; /* a malformed tag is left for `ivshm check` to report */

@@ -39,8 +39,9 @@ static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1)
 static bool compute_geom(uint64_t size, uint32_t shift, uint32_t reg_slots,
                          uint32_t job_slots, struct ivshm_geom *g)
 {
-    if (shift < 12 || shift > 30 || reg_slots == 0 || reg_slots > 65536 ||
-        job_slots == 0 || job_slots > 4096 || size < IVSHM_MIN_REGION_SIZE)
+    if (shift < IVSHM_CHUNK_SHIFT_MIN || shift > IVSHM_CHUNK_SHIFT_MAX ||
+        reg_slots == 0 || reg_slots > IVSHM_REG_SLOTS_MAX || job_slots == 0 ||
+        job_slots > IVSHM_JOB_SLOTS_MAX || size < IVSHM_MIN_REGION_SIZE)
         return false;
     uint64_t csize = 1ull << shift;
     g->size = size;
@@ -119,6 +120,24 @@ ivshm_status_t ivshm__validate_header(const struct ivshm_hdr *shared,
                            "resized; reformat it",
                            (unsigned long long)h.region_size,
                            (unsigned long long)map_size);
+    /* the parameters of the layout, each by name; then the layout */
+    const struct {
+        const char *name;
+        uint32_t v, min, max;
+    } ranged[] = {
+        {"chunk_shift", h.chunk_shift, IVSHM_CHUNK_SHIFT_MIN,
+         IVSHM_CHUNK_SHIFT_MAX},
+        {"reg_slots", h.reg_slots, 1, IVSHM_REG_SLOTS_MAX},
+        {"job_slots", h.job_slots, 1, IVSHM_JOB_SLOTS_MAX},
+        {"lease_timeout_ms", h.lease_timeout_ms, IVSHM_LEASE_MIN_MS,
+         IVSHM_LEASE_MAX_MS},
+    };
+    for (size_t i = 0; i < sizeof(ranged) / sizeof(ranged[0]); i++)
+        if (ranged[i].v < ranged[i].min || ranged[i].v > ranged[i].max)
+            return ivshm__fail(IVSHM_ERR_CORRUPT,
+                               "header field '%s' is %u (%u to %u allowed)",
+                               ranged[i].name, ranged[i].v, ranged[i].min,
+                               ranged[i].max);
     struct ivshm_geom want;
     if (!compute_geom(h.region_size, h.chunk_shift, h.reg_slots, h.job_slots,
                       &want))
@@ -149,12 +168,6 @@ ivshm_status_t ivshm__validate_header(const struct ivshm_hdr *shared,
                                "header field '%s' does not match the layout",
                                fields[i].name);
     }
-    if (h.lease_timeout_ms < IVSHM_LEASE_MIN_MS ||
-        h.lease_timeout_ms > IVSHM_LEASE_MAX_MS)
-        return ivshm__fail(IVSHM_ERR_CORRUPT,
-                           "header field 'lease_timeout_ms' is %u (100 ms to "
-                           "1 h allowed)",
-                           h.lease_timeout_ms);
     if (h.flags != 0)
         return ivshm__fail(IVSHM_ERR_CORRUPT,
                            "header field 'flags' has unknown bits 0x%x",

@@ -126,6 +126,7 @@ ivshm_status_t ivshm__try_claim(ivshm_region_t *r)
         s->start_time = d.start_time;
         for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
             atomic_store(&s->jobs[k], 0);
+        atomic_store(&s->holding, 0);
         memcpy(s->host, d.host, sizeof(s->host));
         memcpy(s->comm, d.comm, sizeof(s->comm));
         /* R1: heartbeat last among the identity fields: a reclaimer that

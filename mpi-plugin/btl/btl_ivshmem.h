@@ -26,6 +26,8 @@
 #include <string.h>
 
 #include <ivshm/channel.h>
+
+#include "btl_ivshmem_rx.h"
 #include <ivshm/ivshm.h>
 
 #include "btl_ivshmem_handle.h"
@@ -111,6 +113,8 @@ typedef struct mca_btl_ivshmem_component_t {
     int lock; /* 1: held (btl_ivshmem_lock.h) */
     /* gets completed after the progress pass that started them (stats) */
     uint64_t gets_after_pass;
+    /* received pieces dropped by the receive gate, by reason */
+    uint64_t rx_dropped[IVSHMEM_RX_NDROP];
     /* ob1's error callback (btl_register_error): a lost lease ends the job */
     mca_btl_base_module_error_cb_fn_t error_cb;
     /* messages up to this size fit one of our cells: btl_alloc stages them

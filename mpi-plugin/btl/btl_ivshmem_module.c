@@ -173,8 +173,16 @@ static int finalize(struct mca_btl_base_module_t *btl)
                        "(MPI_THREAD_MULTIPLE)",
                     (unsigned)OPAL_PROC_MY_NAME.vpid,
                     (unsigned long long)IVSHMEM_COMPONENT->gets_after_pass);
-    if (IVSHMEM_COMPONENT->stats)
+    if (IVSHMEM_COMPONENT->stats) {
+        const uint64_t *d = IVSHMEM_COMPONENT->rx_dropped;
+        opal_output(0, "btl ivshmem stats: rank %u: received pieces dropped: "
+                       "%llu bad tag, %llu bad length, %llu unknown sender",
+                    (unsigned)OPAL_PROC_MY_NAME.vpid,
+                    (unsigned long long)d[IVSHMEM_RX_BAD_TAG],
+                    (unsigned long long)d[IVSHMEM_RX_BAD_LENGTH],
+                    (unsigned long long)d[IVSHMEM_RX_UNKNOWN_SENDER]);
         mca_btl_ivshmem_heap_print_stats();
+    }
     mca_btl_ivshmem_teardown();
     return OPAL_SUCCESS;
 }
@@ -213,12 +221,13 @@ void mca_btl_ivshmem_event(void *arg, int kind, uint32_t peer)
 void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m)
 {
     (void)arg;
-    if (m->tag >= MCA_BTL_TAG_MAX || m->offset != 0 || m->len != m->total)
-        return; /* not something our sends produce */
-    struct mca_btl_base_endpoint_t *ep =
-        m->sender < IVSHMEM_COMPONENT->npeers
-            ? IVSHMEM_COMPONENT->peers[m->sender]
-            : NULL;
+    void *slot;
+    if (!ivshmem_rx_accept(m, MCA_BTL_TAG_MAX,
+                           (void *const *)IVSHMEM_COMPONENT->peers,
+                           IVSHMEM_COMPONENT->npeers,
+                           IVSHMEM_COMPONENT->rx_dropped, &slot))
+        return; /* not something our sends produce: counted */
+    struct mca_btl_base_endpoint_t *ep = slot;
     if (ep) {
         ep->recvs++;
         ep->bytes_in += m->len;
