@@ -3,7 +3,8 @@
 # installs the packages, builds with -Werror, runs `make check`, compiles
 # the Open MPI components against Open MPI 5.x, runs the tests again under
 # ASan+UBSan (and the threaded ones under TSan, the region heap under
-# UBSan), and `make distcheck`.
+# UBSan), `make distcheck`, and the mutation checks of the tests
+# (scripts/mutate.py: each listed bug must be caught).
 set -eu
 cd "$(dirname "$0")/.."
 top=$(pwd)
@@ -186,6 +187,17 @@ if [ "${IVSHM_SKIP_DISTCHECK:-0}" != 1 ]; then
     tier "distcheck" "ran"
 else
     tier "distcheck" "not run (IVSHM_SKIP_DISTCHECK=1)"
+fi
+# the tests themselves: every mutation listed in a MUTATIONS file must make
+# its tests fail (README, Building)
+if [ "${IVSHM_SKIP_MUTATE:-0}" != 1 ]; then
+    echo "=== mutation checks (scripts/mutate.py)"
+    python3 scripts/mutate.py >"$top/_build-release/mutate.out" 2>&1 || {
+        cat "$top/_build-release/mutate.out"; die "mutation checks: a mutation survived or the copy failed"; }
+    cat "$top/_build-release/mutate.out"
+    tier "mutation checks" "ran ($(sed -n 's/^mutations: //p' "$top/_build-release/mutate.out"))"
+else
+    tier "mutation checks" "not run (IVSHM_SKIP_MUTATE=1)"
 fi
 echo "=== all test builds passed"
 summary
