@@ -5,9 +5,11 @@ Every file named MUTATIONS in the tree lists bugs for the code beside it.
 This script copies the tree (the files git tracks, as they are in the
 working tree) to a scratch folder, builds it once, and then, one mutation
 at a time, puts the bug in, rebuilds and runs the tests the mutation names.
-A mutation is caught when the build or one of those tests fails; it
-survives when they all pass. Every mutation must be caught: a survivor is a
-missing test. A test that skips (exit 77) cannot judge: the run fails.
+A mutation is caught when one of those tests fails; it survives when they
+all pass. Every mutation must be caught: a survivor is a missing test. A
+mutation that does not build is a broken entry (the bug must be one the
+compiler lets through), and a test that skips (exit 77) cannot judge:
+either fails the run.
 Tests run one by one, straight from the build tree (a test program, or a
 test script with top_builddir and top_srcdir set, as make check sets
 them), without make check's ordering of the simulated-VM and guest tests. The script prints one line per mutation and a summary
@@ -214,15 +216,18 @@ def main():
             run_tests(src, build, tests, log, args.timeout)):
         print("mutate: the unmutated copy fails its tests (%s)" % log)
         return 1
-    caught, survived = 0, []
+    caught, survived, broken = 0, [], []
     for m in muts:
         text = apply(src, m)
         t0 = time.time()
-        rc = build_for(build, m.tests, jobs, log)
-        how = "does not build"
-        if rc == 0:
-            rc = run_tests(src, build, m.tests, log, args.timeout)
-            how = "timed out" if rc == 124 else "tests fail"
+        if build_for(build, m.tests, jobs, log):
+            restore(src, m, text)
+            broken.append(m)
+            print("BROKEN    %-28s does not build (%s)" % (m.name, log),
+                  flush=True)
+            continue
+        rc = run_tests(src, build, m.tests, log, args.timeout)
+        how = "timed out" if rc == 124 else "tests fail"
         restore(src, m, text)
         took = time.time() - t0
         if rc == 77:
@@ -238,12 +243,14 @@ def main():
             print("SURVIVED  %-28s %s passed: %s" % (m.name,
                   " ".join(m.tests), m.why), flush=True)
     sh("make -j%d" % jobs, build, log)  # leave the copy as it was
-    print("mutations: %d caught, %d survived" % (caught, len(survived)))
+    print("mutations: %d caught, %d survived%s" % (
+        caught, len(survived),
+        ", %d do not build" % len(broken) if broken else ""))
     if args.keep:
         print("mutate: kept %s" % work)
     else:
         shutil.rmtree(work)
-    return 1 if survived else 0
+    return 1 if survived or broken else 0
 
 
 if __name__ == "__main__":

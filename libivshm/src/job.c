@@ -111,9 +111,13 @@ static bool reclaim_job(ivshm_region_t *r, uint32_t i, uint64_t w,
     _Atomic uint64_t *hold =
         r->attached ? &ivshm__reg(r, r->slot)->holding : NULL;
     /* H0: hold, then take (seq_cst both); pairs with the count of holds
-     * in gc, so a collector killed after the take is known by its hold,
-     * which dies with its lease. A collector that is not attached leaves
-     * none: one that finds its release unfinished finishes it alongside. */
+     * in gc, so that a collector killed after the take is normally known
+     * by its hold, which dies with its lease. The word is one per process:
+     * two threads collecting at once, a collector that is not attached
+     * (it leaves none), or a stalled one whose slot went to another process
+     * can make a hold wrong or missing. None of these frees a job twice,
+     * because every release is a CAS on the job word: at worst a release
+     * waits for the next gc, or two collectors finish one alongside. */
     if (hold)
         atomic_store(hold, MEMBER_WORD(i, gen));
     bool taken = w == mine ? atomic_load(&s->word) == w

@@ -119,7 +119,7 @@ static int ivshmem_register(void)
             MCA_BASE_VAR_TYPE_BOOL, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_LOCAL,
             &c->stats);
     /* Defaults tuned for MPI on a 16-core host (docs/channels.md,
-     * Decisions and Defaults, give the figures): 1088-byte cells carry
+     * Decisions and Defaults, gives the figures): 1088-byte cells carry
      * messages of up to 1056 bytes inline, so 256 B, 512 B and a 1 KiB MPI
      * message with ob1's 16-byte header take no fragment, with 32 of them
      * per fast box (a fast box stays within its 64 KiB bank); 64 fragments

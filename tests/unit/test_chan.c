@@ -188,6 +188,69 @@ static void collect_handler(void *arg, const ivshm_msg_t *m)
         c->done++;
 }
 
+/* A piece is complete in its cell before the cell is published: the
+ * receiver polls at the very moment of the publish (the fault seam's
+ * "publish" step, in the sender's own call) and must find every byte of
+ * every form (short, inline, fragment) already there. */
+struct at_publish {
+    ivshm_ep_t *rx;
+    uint32_t polls;
+    uint32_t got, bad;
+};
+static struct at_publish at_pub;
+
+static void check_handler(void *arg, const ivshm_msg_t *m)
+{
+    struct at_publish *ap = arg;
+    unsigned char want[8192];
+    size_t n = m->len < sizeof(want) ? m->len : sizeof(want);
+    for (size_t i = 0; i < n; i++)
+        want[i] = (unsigned char)(m->tag * 29 + i * 3 + 1);
+    ap->bad += m->offset != 0 || m->len != m->total ||
+               memcmp(want, m->data, n) != 0;
+    ap->got++;
+}
+
+static void poll_at_publish(const char *step)
+{
+    ivshm_ep_t *rx = at_pub.rx;
+    if (!rx || strcmp(step, "publish") != 0)
+        return;
+    at_pub.rx = NULL; /* the receiver's own steps do not poll again */
+    ivshm_ep_progress(rx);
+    at_pub.polls++;
+    at_pub.rx = rx;
+}
+
+static void test_payload_before_publish(void **state)
+{
+    (void)state;
+    ivshm_ep_t *a, *b;
+    memset(&at_pub, 0, sizeof(at_pub));
+    uint32_t peer = make_pair(NULL, check_handler, &at_pub, NULL, &a, &b);
+    static const size_t sizes[] = {1, 8, 24, 60, 96, 500, 4000};
+    unsigned char buf[8192];
+    at_pub.rx = a;
+    ivshm__test_step = poll_at_publish;
+    uint32_t sent = 0;
+    for (uint32_t round = 0; round < 40; round++)
+        for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+            uint32_t tag = round * 8 + (uint32_t)k + 1;
+            for (size_t i = 0; i < sizes[k]; i++)
+                buf[i] = (unsigned char)(tag * 29 + i * 3 + 1);
+            if (ivshm_ep_send(b, peer, tag, buf, sizes[k]) == IVSHM_OK)
+                sent++;
+        }
+    ivshm__test_step = NULL;
+    at_pub.rx = NULL;
+    for (long spins = 0; at_pub.got < sent && spins < 100000000; spins++)
+        ivshm_ep_progress(a);
+    assert_true(sent > 200);
+    assert_int_equal(at_pub.got, sent);
+    assert_true(at_pub.polls >= sent); /* the receiver looked each time */
+    assert_int_equal(at_pub.bad, 0);
+}
+
 static void test_reserve_and_region(void **state)
 {
     (void)state;
@@ -592,6 +655,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_arithmetic),
         cmocka_unit_test_setup_teardown(test_domain_valid, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_payload_before_publish, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_and_region, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_frag, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cell_forms, setup, teardown),

@@ -43,7 +43,7 @@ static void test_format_and_open(void **state)
     ivshm_region_info_t i;
     assert_int_equal(ivshm_region_info(r, &i), IVSHM_OK);
     assert_int_equal(i.size, 4 << 20);
-    assert_int_equal(i.version, 1);
+    assert_int_equal(i.version, IVSHM_LAYOUT_VERSION);
     assert_int_equal(i.chunk_size, 65536);
     assert_true(i.chunk_count > 50 && i.chunk_count < 64);
     assert_int_equal(i.chunks_used, 0);
@@ -170,9 +170,13 @@ static void test_versions(void **state)
 {
     (void)state;
     assert_int_equal(tu_format(path, 2 << 20, 0, 0), IVSHM_OK);
-    set_version(2);
+    set_version(IVSHM_LAYOUT_VERSION + 1);
     assert_int_equal(reopen_status(), IVSHM_ERR_VERSION);
     assert_non_null(strstr(ivshm_last_error(), "upgrade libivshm"));
+    set_version(IVSHM_LAYOUT_VERSION - 1); /* version 1: the job slots'
+                                             older rules */
+    assert_int_equal(reopen_status(), IVSHM_ERR_VERSION);
+    assert_non_null(strstr(ivshm_last_error(), "reformat"));
     set_version(0);
     assert_int_equal(reopen_status(), IVSHM_ERR_VERSION);
     assert_non_null(strstr(ivshm_last_error(), "reformat"));
@@ -227,8 +231,8 @@ struct field_case {
  * byte walk above). Deltas apply to the formatted 2 MiB region below. */
 static const struct field_case field_cases[] = {
     HDR_CASE(magic, 1, IVSHM_ERR_BAD_MAGIC, "bad magic"),
-    HDR_CASE(version, 1, IVSHM_ERR_VERSION, "layout version 2"),
-    HDR_CASE(version, -1, IVSHM_ERR_VERSION, "layout version 0"),
+    HDR_CASE(version, 1, IVSHM_ERR_VERSION, "layout version 3"),
+    HDR_CASE(version, -1, IVSHM_ERR_VERSION, "layout version 1"),
     HDR_CASE(hdr_size, 4096, IVSHM_ERR_CORRUPT, "'hdr_size'"),
     HDR_CASE(region_size, 4096, IVSHM_ERR_SIZE_MISMATCH, "'region_size'"),
     HDR_CASE(chunk_shift, -5, IVSHM_ERR_CORRUPT, "'chunk_shift'"),
