@@ -841,6 +841,137 @@ static void test_owner_dies_during_get(void **state)
     view_close(&b);
 }
 
+/* ---- lent data whose lender dies while the receiver is at it ---- */
+
+/* The sender lends its fragments: once its lease is gone that memory may
+ * be another process's. The test makes the sender die in the middle of the
+ * receiver's progress pass, from a handler, and hands its chunks to a new
+ * process at once, so that the receiver's own check of the lender before
+ * it reads a fragment is what stands between it and the new owner's
+ * memory (the check at the start of the pass has already passed). */
+struct lend_rx {
+    pid_t lender;
+    uint32_t kill_tag;   /* the handler of this tag kills the lender */
+    uint32_t got[4];     /* deliveries by tag */
+    uint32_t bad;        /* a fragment's bytes not the lender's */
+    struct view other;   /* the new owner */
+    bool reused;
+    uint64_t *offs;      /* the chunks it took, each filled with 0x55 */
+    uint32_t noffs;
+    uint32_t chunk_size;
+};
+
+static void lender_gone(struct lend_rx *l, ivshm_region_t *r)
+{
+    kill(l->lender, SIGKILL);
+    waitpid(l->lender, NULL, 0);
+    assert_int_equal(ivshm_gc(r, NULL), IVSHM_OK);
+    view_open(&l->other, "lend-other");
+    ivshm_region_info_t ri;
+    ivshm_region_info(l->other.r, &ri);
+    l->chunk_size = ri.chunk_size;
+    l->offs = calloc(ri.chunk_count, sizeof(*l->offs));
+    uint64_t off;
+    while (l->noffs < ri.chunk_count &&
+           ivshm_alloc(l->other.r, ri.chunk_size, &off) == IVSHM_OK) {
+        memset((char *)ivshm_region_base(l->other.r) + off, 0x55,
+               ri.chunk_size);
+        l->offs[l->noffs++] = off;
+    }
+    l->reused = true;
+}
+
+static ivshm_region_t *lend_region;
+static void on_lent(void *arg, const ivshm_msg_t *m)
+{
+    struct lend_rx *l = arg;
+    if (m->tag < 4)
+        l->got[m->tag]++;
+    for (size_t i = 0; m->tag == 2 && i < m->len; i++)
+        l->bad += ((const unsigned char *)m->data)[i] != 0xaa;
+    if (m->tag == l->kill_tag)
+        lender_gone(l, lend_region);
+}
+
+/* Forks the lender: endpoint 1 of job "lend", sends tag 1 (8 bytes,
+ * inline) and tag 2 (4000 bytes of 0xaa, in a fragment) to endpoint 0,
+ * then holds. Returns once both are sent. */
+static pid_t fork_lender(void)
+{
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        struct view v;
+        view_open(&v, "lend");
+        struct sink s;
+        ivshm_ep_t *ep = make_ep(&v, 1, NULL, &s);
+        uint32_t peer;
+        static unsigned char big[4000];
+        memset(big, 0xaa, sizeof(big));
+        if (tr_connect(v.d, ep, 0, &peer) ||
+            ivshm_ep_send(ep, peer, 1, "inline!", 8) != IVSHM_OK ||
+            ivshm_ep_send(ep, peer, 2, big, sizeof(big)) != IVSHM_OK)
+            _exit(9);
+        if (write(ready[1], "r", 1) != 1)
+            _exit(9);
+        for (;;)
+            pause();
+    }
+    close(ready[1]);
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    close(ready[0]);
+    return pid;
+}
+
+static void lend_run(uint32_t kill_tag, struct lend_rx *l,
+                     ivshm_ep_stats_t *st)
+{
+    struct view b;
+    view_open(&b, "lend");
+    lend_region = b.r;
+    memset(l, 0, sizeof(*l));
+    l->kill_tag = kill_tag;
+    ivshm_ep_t *ep;
+    assert_int_equal(ivshm_ep_create(b.d, 0, NULL, on_lent, l, &ep), IVSHM_OK);
+    l->lender = fork_lender();
+    /* one pass takes both pieces: the first one's handler kills */
+    for (int i = 0; i < 1000000 && !l->reused; i++)
+        ivshm_ep_progress(ep);
+    assert_true(l->reused);
+    for (int i = 0; i < 1000; i++)
+        ivshm_ep_progress(ep);
+    ivshm_ep_stats(ep, st);
+    /* every chunk the new owner took still holds only what it wrote */
+    const unsigned char *base = ivshm_region_base(l->other.r);
+    uint64_t changed = 0;
+    for (uint32_t i = 0; i < l->noffs; i++)
+        for (uint32_t k = 0; k < l->chunk_size; k++)
+            changed += base[l->offs[i] + k] != 0x55;
+    free(l->offs);
+    ivshm_ep_destroy(ep);
+    view_close(&l->other);
+    view_close(&b);
+    assert_true(l->noffs > 0);
+    assert_int_equal(changed, 0);
+}
+
+/* The lender dies in the handler of its inline message: its fragment,
+ * next in the same pass, is not read (the lease check before the read). */
+static void test_lender_dies_before_read(void **state)
+{
+    (void)state;
+    struct lend_rx l;
+    ivshm_ep_stats_t st;
+    lend_run(1, &l, &st);
+    assert_int_equal(l.got[1], 1);
+    assert_int_equal(l.got[2], 0); /* never the new owner's bytes */
+    assert_int_equal(l.bad, 0);
+    assert_true(st.invalid_dropped >= 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -864,6 +995,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_range_straddles, setup_long,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_lender_dies_before_read,
+                                        setup_long, teardown),
         cmocka_unit_test_setup_teardown(test_owner_dies_during_get,
                                         setup_long, teardown),
     };
