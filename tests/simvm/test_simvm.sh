@@ -99,7 +99,7 @@ R=/dev/shm/ivshm-simvm-badversion
 python3 - "$R" <<'PY'
 import struct, sys
 f = open(sys.argv[1], "r+b"); h = bytearray(f.read(120))
-h[8:12] = struct.pack("<I", 2)          # layout version 2
+h[8:12] = struct.pack("<I", 99)         # a layout version no libivshm reads
 s = 0xcbf29ce484222325
 for b in h:
     s = ((s ^ b) * 0x100000001b3) & 0xffffffffffffffff
