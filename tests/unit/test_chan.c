@@ -249,6 +249,8 @@ static void test_payload_before_publish(void **state)
     assert_int_equal(at_pub.got, sent);
     assert_true(at_pub.polls >= sent); /* the receiver looked each time */
     assert_int_equal(at_pub.bad, 0);
+    ivshm_ep_destroy(b);
+    ivshm_ep_destroy(a);
 }
 
 static void test_reserve_and_region(void **state)
