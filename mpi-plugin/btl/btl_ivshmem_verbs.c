@@ -243,14 +243,14 @@ static void start_connect(ivshmem_verbs_conn_t *vc)
 
 static bool can_send(const ivshmem_verbs_conn_t *vc)
 {
-    return vc->state == VC_CONNECTED && vc->credits > 1 &&
+    return vc->state == VC_CONNECTED && ivshmem_credit_data_ok(vc->credits) &&
            vc->sq_used < IVSHMEM_VERBS->sq_depth;
 }
 
 static int do_post(ivshmem_verbs_conn_t *vc, ivshmem_verbs_frag_t *f)
 {
-    uint32_t give = vc->owed > 0xffff ? 0xffff : vc->owed;
-    f->hdr->credits = (uint16_t)give;
+    uint16_t give = ivshmem_credit_give(vc->owed);
+    f->hdr->credits = give;
     uint32_t len = (uint32_t)sizeof(*f->hdr) + f->hdr->len;
     struct ibv_sge sge = {.addr = (uintptr_t)f->hdr, .length = len,
                           .lkey = f->lkey};
@@ -266,19 +266,20 @@ static int do_post(ivshmem_verbs_conn_t *vc, ivshmem_verbs_frag_t *f)
         conn_fail(vc, "ibv_post_send: %s", strerror(err));
         return OPAL_ERROR;
     }
-    vc->owed -= give;
-    vc->credits--;
+    ivshmem_credit_spent(&vc->credits, &vc->owed, give);
     vc->sq_used++;
     return OPAL_SUCCESS;
 }
 
 /* An explicit credit message, when enough buffers were reposted and no
- * data message goes back to carry them. It may spend the last credit. */
+ * data message can carry them now (btl_ivshmem_credit.h). It may spend the
+ * last credit. */
 static void maybe_send_credits(ivshmem_verbs_conn_t *vc)
 {
-    if (vc->state != VC_CONNECTED || vc->owed < IVSHMEM_VERBS->rq_depth / 2 ||
-        vc->credits < 1 || vc->sq_used >= IVSHMEM_VERBS->sq_depth ||
-        !opal_list_is_empty(&vc->pending))
+    if (vc->state != VC_CONNECTED ||
+        !ivshmem_credit_msg_due(vc->credits, vc->owed, IVSHMEM_VERBS->rq_depth,
+                                !opal_list_is_empty(&vc->pending)) ||
+        vc->sq_used >= IVSHMEM_VERBS->sq_depth)
         return;
     ivshmem_verbs_frag_t *f =
         (ivshmem_verbs_frag_t *)opal_free_list_get(&IVSHMEM_VERBS->frags);
@@ -321,7 +322,7 @@ int ivshmem_verbs_post_send(ivshmem_verbs_conn_t *vc, ivshmem_verbs_frag_t *f)
     if (!can_send(vc) || !opal_list_is_empty(&vc->pending)) {
         if (vc->state == VC_IDLE)
             start_connect(vc);
-        if (vc->state == VC_CONNECTED && vc->credits <= 1 &&
+        if (vc->state == VC_CONNECTED && !ivshmem_credit_data_ok(vc->credits) &&
             opal_list_is_empty(&vc->pending))
             vc->ep->credit_waits++; /* a wait for credits begins */
         opal_list_append(&vc->pending, &f->base.super.super);
@@ -566,9 +567,7 @@ static void on_recv(ivshmem_verbs_rslot_t *s, uint32_t byte_len)
     }
     memcpy(&hd, h, sizeof(hd));
     /* credits cannot exceed the buffers the peer has */
-    int64_t cr = (int64_t)vc->credits + hd.credits;
-    vc->credits = cr > (int64_t)vc->addr.rq_depth ? (int32_t)vc->addr.rq_depth
-                                                  : (int32_t)cr;
+    ivshmem_credit_take(&vc->credits, hd.credits, vc->addr.rq_depth);
     if (hd.type == IVSHMEM_VERBS_DATA) {
         if (hd.len != byte_len - sizeof(hd)) {
             conn_fail(vc, "a message whose length (%u) is not what arrived (%u)",

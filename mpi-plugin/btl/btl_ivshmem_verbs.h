@@ -23,6 +23,7 @@
 #define MCA_BTL_IVSHMEM_VERBS_H
 
 #include "btl_ivshmem.h"
+#include "btl_ivshmem_credit.h"
 
 #if !IVSHMEM_HAVE_VERBS
 /* built without libibverbs/librdmacm (configure --without-verbs): the

@@ -233,7 +233,8 @@ static int verbs_sendi(struct mca_btl_base_module_t *btl,
     ivshmem_verbs_conn_t *vc = endpoint->vc;
     size_t total = header_size + payload_size;
     if (total > btl->btl_eager_limit || vc->state != VC_CONNECTED ||
-        !opal_list_is_empty(&vc->pending) || vc->credits <= 1 ||
+        !opal_list_is_empty(&vc->pending) ||
+        !ivshmem_credit_data_ok(vc->credits) ||
         vc->sq_used >= IVSHMEM_VERBS->sq_depth) {
         /* not now: ob1 sends through the descriptor it gets back, and our
          * send starts the connection (a request ob1 parked would only

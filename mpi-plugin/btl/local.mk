@@ -11,6 +11,7 @@ BTL_IVSHMEM_SRCS = mpi-plugin/btl/btl_ivshmem.h \
 	mpi-plugin/btl/btl_ivshmem_lock.h mpi-plugin/btl/btl_ivshmem_lock.c \
 	mpi-plugin/btl/btl_ivshmem_handle.h mpi-plugin/btl/btl_ivshmem_rx.h
 BTL_IVSHMEM_VERBS_SRCS = mpi-plugin/btl/btl_ivshmem_verbs.h \
+	mpi-plugin/btl/btl_ivshmem_credit.h \
 	mpi-plugin/btl/btl_ivshmem_verbs_device.c \
 	mpi-plugin/btl/btl_ivshmem_verbs.c \
 	mpi-plugin/btl/btl_ivshmem_verbs_module.c

@@ -2,7 +2,11 @@
  * MPI job of the mixed guest test (tests/qemu/test_qemu_mpi.sh): four
  * guests, two per "host" (region), the hosts joined by soft-RoCE.
  *
- *   mpi_routes check    every pair ping-pongs (8 B to 300 KB, payload
+ *   mpi_routes check    rank 0 and the last rank (other hosts) first
+ *                       post 100 sends each way before either receives
+ *                       (first contact over verbs: both burst past the
+ *                       other's receive buffers), then
+ *                       every pair ping-pongs (8 B to 300 KB, payload
  *                       checked), then a >= 4 MiB message each way per
  *                       pair, then Allreduce, Alltoall and Bcast with
  *                       checked results, then a burst of 300 small
@@ -108,9 +112,36 @@ static long big_exchange(int peer, size_t n)
     return bad;
 }
 
+/* First contact: both sides post their sends before any receive. */
+static long first_contact(int peer)
+{
+    enum { FIRST = 100, FLEN = 8 };
+    unsigned char *fs = malloc(FIRST * FLEN), *fr = malloc(FIRST * FLEN);
+    MPI_Request rq[2 * FIRST];
+    for (int i = 0; i < FIRST; i++) {
+        fill(fs + i * FLEN, FLEN, rank, peer, i);
+        MPI_Isend(fs + i * FLEN, FLEN, MPI_BYTE, peer, 11, MPI_COMM_WORLD,
+                  &rq[i]);
+    }
+    for (int i = 0; i < FIRST; i++)
+        MPI_Irecv(fr + i * FLEN, FLEN, MPI_BYTE, peer, 11, MPI_COMM_WORLD,
+                  &rq[FIRST + i]);
+    MPI_Waitall(2 * FIRST, rq, MPI_STATUSES_IGNORE);
+    long bad = 0;
+    for (int i = 0; i < FIRST; i++)
+        bad += bad_bytes(fr + i * FLEN, FLEN, peer, rank, i);
+    free(fs);
+    free(fr);
+    return bad;
+}
+
 static int check(void)
 {
     int failed = 0;
+    failed |= report("first-contact",
+                     rank == 0          ? first_contact(size - 1)
+                     : rank == size - 1 ? first_contact(0)
+                                        : 0);
     static const size_t sizes[] = {8, 1000, 20000, 300000};
     long bad = 0;
     for (int r = 0; r < size - 1; r++)
