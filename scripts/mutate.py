@@ -34,6 +34,7 @@ silently testing nothing.
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -129,11 +130,15 @@ def sh(cmd, cwd, log, timeout=None):
     with open(log, "a", encoding="utf-8") as out:
         out.write("$ %s\n" % cmd)
         out.flush()
+        # its own process group: a test cut off by the timeout goes with
+        # everything it started (mpirun, ranks), before the next mutation
+        p = subprocess.Popen(cmd, shell=True, cwd=cwd, stdout=out,
+                             stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            return subprocess.run(cmd, shell=True, cwd=cwd, stdout=out,
-                                  stderr=subprocess.STDOUT,
-                                  timeout=timeout).returncode
+            return p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
             out.write("mutate: timed out after %s s\n" % timeout)
             return 124
 
@@ -207,14 +212,14 @@ def main():
     jobs = os.cpu_count() or 2
     print("mutate: building a copy in %s (log %s)" % (work, log), flush=True)
     if (sh("autoreconf -fi", src, log) or
-            sh("%s/configure CFLAGS='-O1 -g'" % src, build, log) or
-            sh("make -j%d" % jobs, build, log)):
-        print("mutate: the unmutated copy does not build (%s)" % log)
+            sh("%s/configure CFLAGS='-O1 -g'" % src, build, log)):
+        print("mutate: the unmutated copy does not configure (%s)" % log)
         return 1
     tests = sorted({t for m in muts for t in m.tests})
     if (build_for(build, tests, jobs, log) or
             run_tests(src, build, tests, log, args.timeout)):
-        print("mutate: the unmutated copy fails its tests (%s)" % log)
+        print("mutate: the unmutated copy does not build or fails its tests "
+              "(%s)" % log)
         return 1
     caught, survived, broken = 0, [], []
     for m in muts:

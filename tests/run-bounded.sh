@@ -16,20 +16,14 @@ case $base in
     test_qemu_mpi|test_guest_admin) bound=1200 ;;
     test_qemu) bound=600 ;;           # ~40 s
     test_simvm|test_coll|test_paper_quick) bound=900 ;;   # ~1 min each
-    test_threads|test_heap) bound=600 ;;
     *) bound=600 ;;                   # unit, multi-process, fuzz, CLI: < 30 s (ASan: ~10x)
 esac
 bound=${IVSHM_TEST_TIMEOUT:-$bound}
 
 case $name in
 */tests/simvm/*|tests/simvm/*)
-    if [ "$(id -u)" = 0 ] && [ -z "${SIMVM_LOCK_HELD:-}" ] && command -v flock >/dev/null; then
-        exec 9>"${SIMVM_LOCK:-/run/ivshm-simvm.lock}"
-        flock -w "${SIMVM_LOCK_WAIT:-3600}" 9 || {
-            echo "FAIL: $base: the simulated VMs stayed in use by another run for ${SIMVM_LOCK_WAIT:-3600} s"; exit 1; }
-        SIMVM_LOCK_HELD=$$
-        export SIMVM_LOCK_HELD
-    fi ;;
+    . "$(dirname "$0")/simvm/lock.sh"
+    simvm_lock "$base" ;;
 esac
 
 t0=$(date +%s)

@@ -10,7 +10,16 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+/* Seconds on the monotonic clock, for the tests' bounded waits. */
+static inline double tu_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static inline const char *tu_region_path(char *buf, size_t n, const char *tag)
 {

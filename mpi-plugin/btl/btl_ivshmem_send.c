@@ -52,7 +52,6 @@ mca_btl_ivshmem_alloc(struct mca_btl_base_module_t *btl,
     f->base.des_segment_count = 1;
     f->base.des_flags = flags;
     f->base.order = MCA_BTL_NO_ORDER;
-    (void)endpoint;
     return &f->base;
 }
 

@@ -51,13 +51,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- a process' view: its own mapping, lease, domain ---- */
 
 struct view {
@@ -135,9 +128,11 @@ static uint32_t connect_ep(ivshm_ep_t *from, ivshm_ep_t *to)
 /* Forks a peer that joins `job` as endpoint 1 and then only holds it
  * (never reads, never leaves) until it is killed. With buf_chunks it
  * first allocates that many chunks, filled with 0xaa, and their offset
- * comes back in *off. Returns once the peer is ready. */
+ * comes back in *off; with work, it runs work(view, endpoint) first (0:
+ * done). Returns once the peer is ready. */
+typedef int (*peer_work_t)(struct view *v, ivshm_ep_t *ep);
 static pid_t fork_idle_peer(const char *job, uint32_t buf_chunks,
-                            uint64_t *off)
+                            uint64_t *off, peer_work_t work)
 {
     int ready[2];
     assert_int_equal(pipe(ready), 0);
@@ -147,7 +142,9 @@ static pid_t fork_idle_peer(const char *job, uint32_t buf_chunks,
         struct view v;
         view_open(&v, job);
         struct sink s;
-        make_ep(&v, 1, NULL, &s);
+        ivshm_ep_t *ep = make_ep(&v, 1, NULL, &s);
+        if (work && work(&v, ep) != 0)
+            _exit(9);
         uint64_t o = 0;
         if (buf_chunks) {
             ivshm_region_info_t ri;
@@ -179,12 +176,12 @@ static bool pump_one(ivshm_ep_t *from, uint32_t peer, ivshm_ep_t *rx,
     unsigned char buf[8192];
     size_t n = msg_len(tag, big);
     fill(buf, n, tag);
-    double end = now_s() + seconds;
+    double end = tu_now_s() + seconds;
     for (;;) {
         ivshm_status_t st = ivshm_ep_try_send(from, peer, tag, buf, n);
         if (st == IVSHM_OK)
             return true;
-        if (st != IVSHM_ERR_AGAIN || now_s() > end)
+        if (st != IVSHM_ERR_AGAIN || tu_now_s() > end)
             return false;
         if (rx)
             ivshm_ep_progress(rx);
@@ -194,8 +191,8 @@ static bool pump_one(ivshm_ep_t *from, uint32_t peer, ivshm_ep_t *rx,
 
 static void drain(ivshm_ep_t *rx, struct sink *s, uint32_t want, double sec)
 {
-    double end = now_s() + sec;
-    while (s->got < want && now_s() < end)
+    double end = tu_now_s() + sec;
+    while (s->got < want && tu_now_s() < end)
         if (ivshm_ep_progress(rx) == 0)
             ivshm_ep_wait(rx, 1);
 }
@@ -325,7 +322,7 @@ struct rx_thread {
 static void *rx_main(void *arg)
 {
     struct rx_thread *t = arg;
-    drain(t->ep, t->s, t->want, t->end - now_s());
+    drain(t->ep, t->s, t->want, t->end - tu_now_s());
     return NULL;
 }
 
@@ -367,7 +364,7 @@ static void test_mixed_geometry(void **state)
             ivshm_ep_t *tx = make_ep(&v, 1, &cfgs[j], &ss);
             ivshm_ep_t *third = make_ep(&v, 2, NULL, &ts);
             uint32_t p1 = connect_ep(tx, rx), p3 = connect_ep(third, rx);
-            struct rx_thread t = {rx, &rs, 2 * N, now_s() + 20};
+            struct rx_thread t = {rx, &rs, 2 * N, tu_now_s() + 20};
             pthread_t th;
             pthread_create(&th, NULL, rx_main, &t);
             bool sent = true;
@@ -440,7 +437,7 @@ static void test_lost_piece_resyncs(void **state)
 static void test_frags_back_from_dead(void **state)
 {
     (void)state;
-    pid_t b = fork_idle_peer("frags", 0, NULL);
+    pid_t b = fork_idle_peer("frags", 0, NULL, NULL);
     struct view v;
     view_open(&v, "frags");
     struct sink as, cs;
@@ -467,9 +464,9 @@ static void test_frags_back_from_dead(void **state)
     kill(b, SIGKILL);
     int ws;
     waitpid(b, &ws, 0);
-    double end = now_s() + 60;
+    double end = tu_now_s() + 60;
     unsigned ok = 0;
-    while (now_s() < end && ok < 1000) {
+    while (tu_now_s() < end && ok < 1000) {
         ivshm_status_t st = ivshm_ep_try_send(a, pc, 0, small, sizeof(small));
         ok += st == IVSHM_OK;
         ivshm_ep_progress(cep);
@@ -709,8 +706,8 @@ static void test_doubt_is_not_death(void **state)
         (struct ivshm_reg_slot *)(base + h->reg_off) + id.slot;
     uint64_t alive = atomic_load(&slot->word);
     atomic_store(&slot->word, SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING));
-    double end = now_s() + 0.25;
-    while (now_s() < end)
+    double end = tu_now_s() + 0.25;
+    while (tu_now_s() < end)
         ivshm_ep_progress(rx);
     atomic_store(&slot->word, alive); /* the reclaimer backs off */
     drain(rx, &rs, 10, 5);
@@ -771,7 +768,7 @@ static void test_owner_dies_during_get(void **state)
 {
     (void)state;
     uint64_t off;
-    pid_t a = fork_idle_peer("rget", 4, &off);
+    pid_t a = fork_idle_peer("rget", 4, &off, NULL);
     struct view b;
     view_open(&b, "rget");
     struct sink s;
@@ -851,7 +848,7 @@ static void test_owner_dies_during_get(void **state)
  * memory (the check at the start of the pass has already passed). */
 struct lend_rx {
     pid_t lender;
-    uint32_t kill_tag;   /* the handler of this tag kills the lender */
+    ivshm_region_t *r;   /* the receiver's view of the region */
     uint32_t got[4];     /* deliveries by tag */
     uint32_t bad;        /* a fragment's bytes not the lender's */
     struct view other;   /* the new owner */
@@ -881,7 +878,6 @@ static void lender_gone(struct lend_rx *l, ivshm_region_t *r)
     l->reused = true;
 }
 
-static ivshm_region_t *lend_region;
 static void on_lent(void *arg, const ivshm_msg_t *m)
 {
     struct lend_rx *l = arg;
@@ -889,54 +885,31 @@ static void on_lent(void *arg, const ivshm_msg_t *m)
         l->got[m->tag]++;
     for (size_t i = 0; m->tag == 2 && i < m->len; i++)
         l->bad += ((const unsigned char *)m->data)[i] != 0xaa;
-    if (m->tag == l->kill_tag)
-        lender_gone(l, lend_region);
+    if (m->tag == 1) /* the inline one, first in the pass */
+        lender_gone(l, l->r);
 }
 
-/* Forks the lender: endpoint 1 of job "lend", sends tag 1 (8 bytes,
- * inline) and tag 2 (4000 bytes of 0xaa, in a fragment) to endpoint 0,
- * then holds. Returns once both are sent. */
-static pid_t fork_lender(void)
+/* The lender's work: tag 1 (8 bytes, inline) and tag 2 (4000 bytes of
+ * 0xaa, in a fragment) to endpoint 0, before it reports ready. */
+static int send_inline_and_lent(struct view *v, ivshm_ep_t *ep)
 {
-    int ready[2];
-    assert_int_equal(pipe(ready), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        struct view v;
-        view_open(&v, "lend");
-        struct sink s;
-        ivshm_ep_t *ep = make_ep(&v, 1, NULL, &s);
-        uint32_t peer;
-        static unsigned char big[4000];
-        memset(big, 0xaa, sizeof(big));
-        if (tr_connect(v.d, ep, 0, &peer) ||
-            ivshm_ep_send(ep, peer, 1, "inline!", 8) != IVSHM_OK ||
-            ivshm_ep_send(ep, peer, 2, big, sizeof(big)) != IVSHM_OK)
-            _exit(9);
-        if (write(ready[1], "r", 1) != 1)
-            _exit(9);
-        for (;;)
-            pause();
-    }
-    close(ready[1]);
-    char c;
-    assert_int_equal(read(ready[0], &c, 1), 1);
-    close(ready[0]);
-    return pid;
+    uint32_t peer;
+    static unsigned char big[4000];
+    memset(big, 0xaa, sizeof(big));
+    return tr_connect(v->d, ep, 0, &peer) ||
+           ivshm_ep_send(ep, peer, 1, "inline!", 8) != IVSHM_OK ||
+           ivshm_ep_send(ep, peer, 2, big, sizeof(big)) != IVSHM_OK;
 }
 
-static void lend_run(uint32_t kill_tag, struct lend_rx *l,
-                     ivshm_ep_stats_t *st)
+static void lend_run(struct lend_rx *l, ivshm_ep_stats_t *st)
 {
     struct view b;
     view_open(&b, "lend");
-    lend_region = b.r;
     memset(l, 0, sizeof(*l));
-    l->kill_tag = kill_tag;
+    l->r = b.r;
     ivshm_ep_t *ep;
     assert_int_equal(ivshm_ep_create(b.d, 0, NULL, on_lent, l, &ep), IVSHM_OK);
-    l->lender = fork_lender();
+    l->lender = fork_idle_peer("lend", 0, NULL, send_inline_and_lent);
     /* one pass takes both pieces: the first one's handler kills */
     for (int i = 0; i < 1000000 && !l->reused; i++)
         ivshm_ep_progress(ep);
@@ -965,7 +938,7 @@ static void test_lender_dies_before_read(void **state)
     (void)state;
     struct lend_rx l;
     ivshm_ep_stats_t st;
-    lend_run(1, &l, &st);
+    lend_run(&l, &st);
     assert_int_equal(l.got[1], 1);
     assert_int_equal(l.got[2], 0); /* never the new owner's bytes */
     assert_int_equal(l.bad, 0);

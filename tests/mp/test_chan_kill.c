@@ -36,13 +36,6 @@ static uint32_t t_msgs;
 static const char *kill_step;
 static unsigned kill_after, steps_seen;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void kill_hook(const char *step)
 {
     if (strcmp(step, kill_step) == 0 && ++steps_seen >= kill_after)
@@ -151,8 +144,8 @@ static void run_t(void)
     for (uint32_t s = 0; s < t_msgs; s++)
         if (send_tr(&p, peer, T_IDX, s))
             _exit(31);
-    double end = now_s() + 30;
-    while (p.rx.complete < R_TO_T && now_s() < end)
+    double end = tu_now_s() + 30;
+    while (p.rx.complete < R_TO_T && tu_now_s() < end)
         if (ivshm_ep_progress(p.ep) == 0)
             ivshm_ep_wait(p.ep, 5);
     if (p.rx.errors) {
@@ -176,8 +169,8 @@ static void run_k2(void)
             _exit(41);
     /* stay until R has read them (the inline ones live in our memory's
      * peer, the fragments in ours) */
-    double end = now_s() + 20;
-    while (now_s() < end)
+    double end = tu_now_s() + 20;
+    while (tu_now_s() < end)
         if (ivshm_ep_progress(p.ep) == 0)
             ivshm_ep_wait(p.ep, 5);
     _exit(0);
@@ -223,8 +216,8 @@ static void kill_at(const char *step)
     /* R: serves, sends to T, and (for the receiving roles) feeds K */
     uint32_t sent_t = 0, sent_k = 0;
     int k_status = -1, t_status = -1;
-    double end = now_s() + 60;
-    while (now_s() < end && (t_status < 0 || k_status < 0)) {
+    double end = tu_now_s() + 60;
+    while (tu_now_s() < end && (t_status < 0 || k_status < 0)) {
         ivshm_ep_progress(r.ep);
         if (sent_t < R_TO_T) {
             assert_int_equal(send_tr(&r, to_t, R_IDX, sent_t), 0);
@@ -257,8 +250,8 @@ static void kill_at(const char *step)
     if (t_status < 0 || !WIFEXITED(t_status) || WEXITSTATUS(t_status) != 0)
         fail_msg("%s: T ended with 0x%x", step, t_status);
     /* what T sent all arrived, intact and in order */
-    double done_by = now_s() + 10;
-    while (r.rx.complete < t_msgs && now_s() < done_by)
+    double done_by = tu_now_s() + 10;
+    while (r.rx.complete < t_msgs && tu_now_s() < done_by)
         if (ivshm_ep_progress(r.ep) == 0)
             ivshm_ep_wait(r.ep, 5);
     if (r.rx.errors || r.rx.complete != t_msgs)
@@ -270,8 +263,8 @@ static void kill_at(const char *step)
     pid_t k2 = fork();
     if (k2 == 0)
         run_k2();
-    done_by = now_s() + 20;
-    while (r.rx_new.complete < 20 && now_s() < done_by)
+    done_by = tu_now_s() + 20;
+    while (r.rx_new.complete < 20 && tu_now_s() < done_by)
         if (ivshm_ep_progress(r.ep) == 0)
             ivshm_ep_wait(r.ep, 5);
     kill(k2, SIGKILL);

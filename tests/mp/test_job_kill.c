@@ -27,13 +27,6 @@ enum { GC_BOUND_S = 20 };
 static char path[256];
 static const char *kill_step;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void kill_hook(const char *step)
 {
     if (strcmp(step, kill_step) == 0)
@@ -81,8 +74,8 @@ static void die_taking_over(void)
     ivshm_region_t *r = attach_or_exit();
     kill_step = "job-reclaim";
     ivshm__test_step = kill_hook;
-    double end = now_s() + GC_BOUND_S;
-    while (now_s() < end) {
+    double end = tu_now_s() + GC_BOUND_S;
+    while (tu_now_s() < end) {
         ivshm_gc(r, NULL);
         usleep(10 * 1000);
     }
@@ -116,12 +109,12 @@ static void used(ivshm_region_t *r, uint32_t *jobs, uint32_t *procs,
 static void expect_collected(ivshm_region_t *r, const char *what)
 {
     uint32_t jobs, procs, chunks;
-    double start = now_s();
+    double start = tu_now_s();
     for (;;) {
         assert_int_equal(ivshm_gc(r, NULL), IVSHM_OK);
         used(r, &jobs, &procs, &chunks);
         if ((jobs == 0 && procs == 0 && chunks == 0) ||
-            now_s() - start > GC_BOUND_S)
+            tu_now_s() - start > GC_BOUND_S)
             break;
         usleep(10 * 1000);
     }

@@ -5,19 +5,9 @@ SIMVM_DIR=$(cd "$(dirname "$0")" && pwd)
 : "${top_builddir:=$top_srcdir/_build-demo}"
 SIMVM="$top_srcdir/tests/simvm/simvm.sh"
 
-# The simulated VMs are one set of names on the machine (namespaces ivsvmN,
-# bridge ivsbr0, 10.200.0.0/24): scripts of several build trees that use
-# them take turns on one lock, held (fd 9) until the script exits; a turn
-# that does not come within $SIMVM_LOCK_WAIT seconds fails the script.
-# A script that another one started under the lock (SIMVM_LOCK_HELD) runs
-# in its turn.
-if [ "$(id -u)" = 0 ] && [ -z "${SIMVM_LOCK_HELD:-}" ] && command -v flock >/dev/null; then
-    exec 9>"${SIMVM_LOCK:-/run/ivshm-simvm.lock}"
-    flock -w "${SIMVM_LOCK_WAIT:-3600}" 9 || {
-        echo "FAIL: the simulated VMs stayed in use by another run for ${SIMVM_LOCK_WAIT:-3600} s (lock ${SIMVM_LOCK:-/run/ivshm-simvm.lock})"; exit 1; }
-    SIMVM_LOCK_HELD=$$
-    export SIMVM_LOCK_HELD
-fi
+# one turn at a time on the simulated VMs (lock.sh)
+. "$top_srcdir/tests/simvm/lock.sh"
+simvm_lock "$(basename "$0")"
 OMPI_SYS_COMPONENTS=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed 's/^path:pkglibdir://')
 IVSHM_HELP_DIR="$top_srcdir/mpi-plugin/btl"
 # The components of the build tree $top_builddir (one folder each), ahead

@@ -496,7 +496,7 @@ static ivshm_region_t *attach_as(const char *vm)
 static void age_lease(ivshm_region_t *r, uint64_t ms)
 {
     atomic_store(&ivshm__reg(r, r->slot)->heartbeat_ns,
-                 ivshm__now_ns() - ms * 1000000ull);
+                 ivshm__now_ns() - ivshm__ms_to_ns(ms));
 }
 
 static uint64_t heartbeat_of(ivshm_region_t *r)
