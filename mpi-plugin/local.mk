@@ -11,7 +11,8 @@
 #   coll/   the coll ivshmem: collectives in the region
 #
 # ompi_compat.h (shared by all three) keeps what differs between Open MPI
-# 4.1 and 5.x; amca-param-sets/ivshmem is the one switch, --tune ivshmem.
+# 4.1 and 5.x; amca-param-sets/ivshmem is the one switch, --tune ivshmem
+# (ivshmem-heap: the same with the region heap preloaded).
 OMPI_COMPONENT_CPPFLAGS = $(OPAL_CFLAGS) -I$(top_srcdir)/libivshm/include \
 	-I$(top_srcdir)/mpi-plugin -I$(top_srcdir)/mpi-plugin/btl
 OMPI_COMPONENT_CFLAGS = $(AM_CFLAGS) -mcx16 -pthread
@@ -23,9 +24,11 @@ if HAVE_OMPI
 # mpirun --tune ivshmem (-am ivshmem): Open MPI looks in its
 # pkgdatadir/amca-param-sets
 ompiamcadir = $(OMPI_HELPDIR)/amca-param-sets
-dist_ompiamca_DATA = mpi-plugin/amca-param-sets/ivshmem
+dist_ompiamca_DATA = mpi-plugin/amca-param-sets/ivshmem \
+	mpi-plugin/amca-param-sets/ivshmem-heap
 else
-EXTRA_DIST += mpi-plugin/amca-param-sets/ivshmem
+EXTRA_DIST += mpi-plugin/amca-param-sets/ivshmem \
+	mpi-plugin/amca-param-sets/ivshmem-heap
 endif
 include $(top_srcdir)/mpi-plugin/btl/local.mk
 include $(top_srcdir)/mpi-plugin/mpool/local.mk
