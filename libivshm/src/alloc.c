@@ -3,11 +3,18 @@
  * tag (kind, slot, generation) in the chunk table. An allocation claims a
  * run of free chunks one CAS at a time (rolling back on conflict) and then
  * publishes its length in the run's first entry. Owners are leases, so the
- * chunks of a dead process or job are found and freed by tag.
+ * chunks of a dead process or job are found and freed by tag; those of a
+ * process that a reclaimer declared dead cool first (one lease timeout),
+ * so that a peer's copy that checked the owner's life just before it
+ * began cannot land in the next owner's memory. Every allocation is
+ * zeroed for its new owner, as the kernel does with pages: what a chunk
+ * held, and what a late writer put there while it cooled, never changes
+ * hands (docs/lifetimes.md).
  */
 #include "internal.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static uint32_t chunks_for(const ivshm_region_t *r, uint64_t size)
 {
@@ -15,18 +22,32 @@ static uint32_t chunks_for(const ivshm_region_t *r, uint64_t size)
     return n == 0 ? 1 : (n > r->g.chunk_count ? UINT32_MAX : (uint32_t)n);
 }
 
-ivshm_status_t ivshm__alloc_owned(ivshm_region_t *r, uint64_t tag,
-                                  uint64_t size, uint64_t *off)
+/* Does chunk c lie in pages this process replaced with memory of its own
+ * (ivshm_region_keep_range: the heap kept a block there past its detach)?
+ * Its view of them is private: it must not own them, nor scrub the
+ * region through them; other processes may take them. */
+static bool kept_here(const ivshm_region_t *r, uint32_t c)
 {
-    uint32_t n = chunks_for(r, size);
+    uintptr_t a = (uintptr_t)r->base + (uintptr_t)r->g.heap_off +
+                  ((uintptr_t)c << r->g.chunk_shift);
+    uintptr_t end = a + ((uintptr_t)1 << r->g.chunk_shift);
+    for (size_t i = 0; i < r->nkeep; i++)
+        if (a < r->keep[i].end && r->keep[i].start < end)
+            return true;
+    return false;
+}
+
+/* Claims a run of n free chunks for tag; false when none is free. */
+static bool claim_run(ivshm_region_t *r, uint64_t tag, uint32_t n,
+                      uint32_t *first)
+{
     uint32_t count = r->g.chunk_count;
-    if (n > count)
-        goto full;
     for (uint32_t start = 0; start + n <= count;) {
         uint32_t k;
         for (k = 0; k < n; k++)
             if (atomic_load_explicit(&ivshm__chunk(r, start + k)->owner,
-                                     memory_order_relaxed) != 0)
+                                     memory_order_relaxed) != 0 ||
+                (r->nkeep && kept_here(r, start + k)))
                 break;
         if (k < n) {
             start += k + 1;
@@ -49,10 +70,26 @@ ivshm_status_t ivshm__alloc_owned(ivshm_region_t *r, uint64_t tag,
          * table (check, gc) acquire-load it. */
         atomic_store_explicit(&ivshm__chunk(r, start)->run, n,
                               memory_order_release);
+        *first = start;
+        return true;
+    }
+    return false;
+}
+
+ivshm_status_t ivshm__alloc_owned(ivshm_region_t *r, uint64_t tag,
+                                  uint64_t size, uint64_t *off)
+{
+    uint32_t n = chunks_for(r, size);
+    uint32_t start;
+    if (n <= r->g.chunk_count &&
+        (claim_run(r, tag, n, &start) ||
+         (ivshm__sweep_cooled(r) > 0 && claim_run(r, tag, n, &start)))) {
         *off = r->g.heap_off + ((uint64_t)start << r->g.chunk_shift);
+        /* S0: scrub for the new owner, after the chunks are its own (no
+         * other taker) and before it can read them */
+        memset((char *)r->base + *off, 0, (uint64_t)n << r->g.chunk_shift);
         return IVSHM_OK;
     }
-full:
     return ivshm__fail(IVSHM_ERR_NOSPACE,
                        "region %s has no %llu free contiguous bytes (%u "
                        "chunks of %u bytes); run 'ivshm gc' or use a larger "
@@ -144,7 +181,8 @@ ivshm_status_t ivshm_region_owned(ivshm_region_t *r,
     return IVSHM_OK;
 }
 
-unsigned ivshm__free_owned_by(ivshm_region_t *r, uint64_t tag)
+/* Gives every chunk of owner tag the tag to (0: free). */
+static unsigned retag_owned_by(ivshm_region_t *r, uint64_t tag, uint64_t to)
 {
     unsigned n = 0;
     for (uint32_t c = 0; c < r->g.chunk_count; c++) {
@@ -153,8 +191,45 @@ unsigned ivshm__free_owned_by(ivshm_region_t *r, uint64_t tag)
         if (atomic_load_explicit(&k->owner, memory_order_relaxed) != tag)
             continue;
         atomic_store(&k->run, 0);
-        if (atomic_compare_exchange_strong(&k->owner, &t, 0))
+        if (atomic_compare_exchange_strong(&k->owner, &t, to))
             n++;
+    }
+    return n;
+}
+
+unsigned ivshm__free_owned_by(ivshm_region_t *r, uint64_t tag)
+{
+    return retag_owned_by(r, tag, 0);
+}
+
+unsigned ivshm__cool_owned_by(ivshm_region_t *r, uint64_t tag)
+{
+    return retag_owned_by(r, tag, COOL_TAG(ivshm__now_ns() / 1000000u));
+}
+
+bool ivshm__cooled(const ivshm_region_t *r, uint64_t tag, uint64_t now_ms)
+{
+    uint64_t t = COOL_MS(tag);
+    return now_ms >= t && now_ms - t > r->g.lease_timeout_ms;
+}
+
+unsigned ivshm__sweep_cooled(ivshm_region_t *r)
+{
+    uint64_t now_ms = ivshm__now_ns() / 1000000u;
+    unsigned n = 0;
+    for (uint32_t c = 0; c < r->g.chunk_count; c++) {
+        _Atomic uint64_t *owner = &ivshm__chunk(r, c)->owner;
+        uint64_t t = atomic_load_explicit(owner, memory_order_relaxed);
+        if (OWNER_KIND(t) != OWNER_COOL)
+            continue;
+        if (ivshm__cooled(r, t, now_ms)) {
+            n += atomic_compare_exchange_strong(owner, &t, 0);
+        } else if (COOL_MS(t) > now_ms + r->g.lease_timeout_ms) {
+            /* a stamp from further ahead than the clocks of one host
+             * disagree (region-format.md) is damage: cool from now, so
+             * that it pins the chunk one period, not for ever */
+            atomic_compare_exchange_strong(owner, &t, COOL_TAG(now_ms));
+        }
     }
     return n;
 }

@@ -36,10 +36,20 @@ ivshm_status_t ivshm_region_info(ivshm_region_t *r, ivshm_region_info_t *i)
     i->job_slots = r->g.job_slots;
     i->lease_timeout_ms = r->g.lease_timeout_ms;
     i->heap_off = r->g.heap_off;
-    for (uint32_t k = 0; k < r->g.chunk_count; k++)
-        i->chunks_used += atomic_load(&ivshm__chunk(r, k)->owner) != 0;
-    for (uint32_t k = 0; k < r->g.reg_slots; k++)
-        i->reg_used += SLOT_STATE(atomic_load(&ivshm__reg(r, k)->word)) != 0;
+    for (uint32_t k = 0; k < r->g.chunk_count; k++) {
+        uint64_t t = atomic_load(&ivshm__chunk(r, k)->owner);
+        i->chunks_used += t != 0;
+        i->chunks_cooling += OWNER_KIND(t) == OWNER_COOL;
+    }
+    for (uint32_t k = 0; k < r->g.reg_slots; k++) {
+        uint64_t w = atomic_load(&ivshm__reg(r, k)->word);
+        bool by_pid;
+        i->reg_used += SLOT_STATE(w) != 0;
+        i->reg_in_doubt += SLOT_STATE(w) == SLOT_ALIVE &&
+                           ivshm__lease_verdict(r, ivshm__reg(r, k), w,
+                                                ivshm__now_ns(),
+                                                &by_pid) == VERDICT_DOUBT;
+    }
     for (uint32_t k = 0; k < r->g.job_slots; k++)
         i->job_used += JOB_STATE(atomic_load(&ivshm__jobs(r, k)->word)) != 0;
     return IVSHM_OK;
@@ -71,7 +81,11 @@ ivshm_status_t ivshm_region_proc(ivshm_region_t *r, uint32_t i,
     p->pid = s->pid;
     p->vm_id = s->vm_id;
     uint64_t hb = atomic_load(&s->heartbeat_ns);
-    p->heartbeat_age_ms = hb ? (int64_t)(ivshm__now_ns() - hb) / 1000000 : -1;
+    uint64_t now = ivshm__now_ns();
+    p->heartbeat_age_ms = hb ? (int64_t)(now - hb) / 1000000 : -1;
+    bool by_pid;
+    p->in_doubt = p->state == SLOT_ALIVE &&
+                  ivshm__lease_verdict(r, s, w, now, &by_pid) == VERDICT_DOUBT;
     for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
         p->job += atomic_load(&s->jobs[k]) != 0;
     copy_str(p->host, s->host, sizeof(p->host));
@@ -173,10 +187,10 @@ ivshm_status_t ivshm_region_check(ivshm_region_t *r, ivshm_report_fn report,
         struct ivshm_chunk *k = ivshm__chunk(r, c);
         uint64_t tag = atomic_load(&k->owner);
         uint64_t run = atomic_load(&k->run);
-        if (tag == 0) {
+        if (tag == 0 || OWNER_KIND(tag) == OWNER_COOL) {
             if (run != 0)
-                REPORT(IVSHM_ERR_CORRUPT, "chunk %u: free but has run %llu",
-                       c, (unsigned long long)run);
+                REPORT(IVSHM_ERR_CORRUPT, "chunk %u: %s but has run %llu",
+                       c, tag ? "cooling" : "free", (unsigned long long)run);
             c++;
             continue;
         }

@@ -1,5 +1,5 @@
 /*
- * Shared layout of format version 1 and the private region handle.
+ * Shared layout of format version 3 and the private region handle.
  *
  * Region map:  [header page][registry][job table][chunk owner table][heap]
  * Every structure here lives in memory that other VMs write: fields are
@@ -127,8 +127,14 @@ _Static_assert(sizeof(struct ivshm_job_slot) == 2 * IVSHM_CACHELINE,
                "job slot is two lines");
 
 /* Chunk owner tag: kind in bits 56..63, slot index in 32..55, generation in
- * 0..31. 0 means free. */
-enum { OWNER_PROC = 1, OWNER_JOB = 2 };
+ * 0..31. 0 means free. A cooling chunk (OWNER_COOL) belonged to an owner
+ * whose lease a reclaimer released: it carries the release time (CLOCK_
+ * REALTIME ms, bits 0..55) and is handed out only one lease timeout later,
+ * when a copy that checked the owner's life before it began has ended
+ * (docs/lifetimes.md). */
+enum { OWNER_PROC = 1, OWNER_JOB = 2, OWNER_COOL = 3 };
+#define COOL_TAG(ms) (((uint64_t)OWNER_COOL << 56) | ((ms) & ((1ull << 56) - 1)))
+#define COOL_MS(t) ((t) & ((1ull << 56) - 1))
 #define OWNER_TAG(kind, idx, gen)                                            \
     (((uint64_t)(kind) << 56) | (((uint64_t)(idx)&0xffffffu) << 32) |         \
      (uint64_t)(uint32_t)(gen))
@@ -274,6 +280,15 @@ enum ivshm_proc_state ivshm__proc_state(ivshm_region_t *r, uint32_t idx,
                                         uint32_t gen);
 /* not provably gone (live or in doubt) */
 bool ivshm__proc_live(ivshm_region_t *r, uint32_t idx, uint32_t gen);
+/* What a gc may do with another process' lease, word w read from slot s
+ * (docs/lifetimes.md): LIVE keep it; DEAD release it (death proven: this
+ * VM's pid table, or a claim that expired owning nothing); DOUBT its
+ * heartbeat expired but its owner may be paused: keep it, unless an admin
+ * forces. *by_pid: the proof is the pid table (no heartbeat re-check). */
+enum ivshm_verdict { VERDICT_LIVE, VERDICT_DEAD, VERDICT_DOUBT };
+enum ivshm_verdict ivshm__lease_verdict(const ivshm_region_t *r,
+                                        struct ivshm_reg_slot *s, uint64_t w,
+                                        uint64_t now, bool *by_pid);
 /* Claims a free registry slot for this process (reclaim.c's attach). */
 ivshm_status_t ivshm__try_claim(ivshm_region_t *r);
 /* IVSHM_OK while this process still holds its lease; IVSHM_ERR_LEASE_LOST
@@ -286,6 +301,11 @@ ivshm_status_t ivshm__require_attached(const ivshm_region_t *r);
 ivshm_status_t ivshm__alloc_owned(ivshm_region_t *r, uint64_t tag,
                                   uint64_t size, uint64_t *off);
 unsigned ivshm__free_owned_by(ivshm_region_t *r, uint64_t tag);
+/* Moves the chunks of tag (an owner proven dead) to cooling, stamped now. */
+unsigned ivshm__cool_owned_by(ivshm_region_t *r, uint64_t tag);
+/* Frees cooling chunks whose lease timeout has passed. */
+unsigned ivshm__sweep_cooled(ivshm_region_t *r);
+bool ivshm__cooled(const ivshm_region_t *r, uint64_t tag, uint64_t now_ms);
 ivshm_status_t ivshm__free_tagged(ivshm_region_t *r, uint64_t off,
                                   uint64_t tag);
 /* Does owner tag hold every chunk of [off, off+len) (len > 0 or one

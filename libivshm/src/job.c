@@ -350,7 +350,7 @@ ivshm_status_t ivshm_job_join(ivshm_region_t *r, const char *key,
             free(j);
             return st;
         }
-        memset((char *)r->base + off, 0, area_size);
+        /* the area comes zeroed from the allocator (S0) */
         memcpy(s->key, key, klen);
         s->area_size = area_size;
         atomic_store(&s->area_off, off);

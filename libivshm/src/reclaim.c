@@ -2,16 +2,41 @@
  * Reclaim: the one place that gives back what dead owners held, above the
  * registry, the allocator and the job table (it calls all three; none of
  * them calls it). Attach collects once when the registry is full; detach
- * releases our own slot; gc takes the slots of dead or expired leases
- * (a process of this VM is dead when its pid is gone or reused, one of
- * another VM when its heartbeat is older than the region's lease timeout),
- * jobs without live members and chunks whose owner is gone. Every take is
- * a CAS on (generation, state), so a slow owner is never raced.
+ * releases our own slot; gc takes the slots of leases whose owner is
+ * proven dead (registry.c's verdict: a process of this VM whose pid is
+ * gone or reused, a claim that expired owning nothing), jobs without live
+ * members and chunks whose owner is gone. A lease of another VM whose
+ * heartbeat expired is in doubt, not dead (its VM may be paused): it is
+ * kept, with its chunks and job memberships, until an admin forces
+ * (ivshm_gc_force). Every take is a CAS on (generation, state), so a slow
+ * owner is never raced, and a reclaimed process' chunks cool for one
+ * lease timeout before they are handed out (docs/lifetimes.md).
  */
 #include "internal.h"
 
 #include <stdio.h>
 #include <string.h>
+
+/* Appends the leases in doubt to msg (at most a few), for attach's
+ * message when the registry is full; returns how many there are. */
+static unsigned describe_doubts(ivshm_region_t *r, char *msg, size_t len)
+{
+    unsigned n = 0;
+    size_t at = strlen(msg);
+    for (uint32_t i = 0; i < r->g.reg_slots; i++) {
+        ivshm_proc_info_t p;
+        if (ivshm_region_proc(r, i, &p) != IVSHM_OK || !p.in_doubt)
+            continue;
+        if (n++ < 4 && at < len)
+            at += (size_t)snprintf(msg + at, len - at,
+                                   "%s slot %u (vm %016llx, pid %u, "
+                                   "heartbeat %lld ms ago)",
+                                   n > 1 ? "," : "", i,
+                                   (unsigned long long)p.vm_id, p.pid,
+                                   (long long)p.heartbeat_age_ms);
+    }
+    return n;
+}
 
 ivshm_status_t ivshm_attach(ivshm_region_t *r)
 {
@@ -25,6 +50,14 @@ ivshm_status_t ivshm_attach(ivshm_region_t *r)
     ivshm_gc(r, NULL);
     if (ivshm__try_claim(r) == IVSHM_OK)
         return IVSHM_OK;
+    char doubts[256] = "";
+    if (describe_doubts(r, doubts, sizeof(doubts)) > 0)
+        return ivshm__fail(IVSHM_ERR_REGISTRY_FULL,
+                           "all %u registry slots of %s hold leases; these "
+                           "are in doubt (heartbeat older than the lease "
+                           "timeout, owner in another VM, maybe paused):%s; "
+                           "if their VMs are gone, run 'ivshm gc --force'",
+                           r->g.reg_slots, r->uri, doubts);
     return ivshm__fail(IVSHM_ERR_REGISTRY_FULL,
                        "all %u registry slots of %s hold live leases; end "
                        "idle processes, run 'ivshm gc', or reformat with "
@@ -33,11 +66,17 @@ ivshm_status_t ivshm_attach(ivshm_region_t *r)
 }
 
 /* Frees what the slot owns and releases it with a new generation. Caller
- * holds the slot in RECLAIMING (or is its owner in ALIVE). */
-static unsigned release_slot(ivshm_region_t *r, uint32_t i, uint32_t gen)
+ * holds the slot in RECLAIMING. A reclaimer (cool) moves the chunks to
+ * cooling: peers may be in the middle of a copy into them that checked
+ * the owner's life just before it began; the owner's own detach frees
+ * them at once. */
+static unsigned release_slot(ivshm_region_t *r, uint32_t i, uint32_t gen,
+                             bool cool)
 {
     struct ivshm_reg_slot *s = ivshm__reg(r, i);
-    unsigned freed = ivshm__free_owned_by(r, OWNER_TAG(OWNER_PROC, i, gen));
+    uint64_t tag = OWNER_TAG(OWNER_PROC, i, gen);
+    unsigned freed = cool ? ivshm__cool_owned_by(r, tag)
+                          : ivshm__free_owned_by(r, tag);
     for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
         atomic_store(&s->jobs[k], 0);
     atomic_store(&s->holding, 0);
@@ -68,7 +107,7 @@ ivshm_status_t ivshm_detach(ivshm_region_t *r)
         return ivshm__fail(IVSHM_ERR_LEASE_LOST,
                            "registry slot %u was reclaimed before detach",
                            r->slot);
-    release_slot(r, r->slot, r->gen);
+    release_slot(r, r->slot, r->gen, false);
     unsigned chunks = 0;
     ivshm__job_gc(r, &chunks); /* our job may have lost its last member */
     return IVSHM_OK;
@@ -87,15 +126,19 @@ static bool owner_live(ivshm_region_t *r, uint64_t tag, bool *valid)
         uint64_t w = atomic_load(&ivshm__jobs(r, idx)->word);
         return JOB_GEN(w) == OWNER_GEN(tag) && JOB_STATE(w) != SLOT_FREE;
     }
+    if (kind == OWNER_COOL)
+        return true; /* ivshm__sweep_cooled's */
     *valid = false;
     return true; /* a malformed tag is left for `ivshm check` to report */
 }
 
-/* Frees chunks whose owner's lease is gone: allocations that raced with
- * their owner's reclaim, or whose owner died between claim and publish. */
+/* Releases chunks whose owner's lease is gone: allocations that raced
+ * with their owner's reclaim, or whose owner died between claim and
+ * publish. A process' chunks cool, as its reclaimer's would. */
 static unsigned sweep_orphans(ivshm_region_t *r)
 {
     unsigned n = 0;
+    uint64_t cool = COOL_TAG(ivshm__now_ns() / 1000000u);
     for (uint32_t c = 0; c < r->g.chunk_count; c++) {
         struct ivshm_chunk *k = ivshm__chunk(r, c);
         uint64_t t = atomic_load(&k->owner);
@@ -103,41 +146,18 @@ static unsigned sweep_orphans(ivshm_region_t *r)
         if (t == 0 || owner_live(r, t, &valid) || !valid)
             continue;
         atomic_store(&k->run, 0);
-        if (atomic_compare_exchange_strong(&k->owner, &t, 0))
+        if (atomic_compare_exchange_strong(
+                &k->owner, &t, OWNER_KIND(t) == OWNER_PROC ? cool : 0))
             n++;
     }
     return n;
 }
 
-/* Decides whether a slot may be reclaimed; see file comment. The identity
- * fields (vm_id, pid, start_time) are only complete once ALIVE is
- * published, so a CLAIMING slot expires by timeout alone. *by_pid says the
- * decision rests on this VM's pid table (no heartbeat re-check needed). */
-static bool lease_dead(ivshm_region_t *r, struct ivshm_reg_slot *s,
-                       unsigned state, uint64_t now, uint64_t timeout_ns,
-                       bool *by_pid)
-{
-    *by_pid = false;
-    uint64_t hb = atomic_load_explicit(&s->heartbeat_ns, memory_order_acquire);
-    if (hb == 0) {
-        /* Claimed but not yet stamped: start the clock now so that a
-         * claimer that died here expires one timeout later. */
-        uint64_t zero = 0;
-        atomic_compare_exchange_strong(&s->heartbeat_ns, &zero, now);
-        return false;
-    }
-    /* read once: another VM may rewrite them while we decide */
-    uint64_t vm = __atomic_load_n(&s->vm_id, __ATOMIC_RELAXED);
-    uint64_t start = __atomic_load_n(&s->start_time, __ATOMIC_RELAXED);
-    uint32_t pid = __atomic_load_n(&s->pid, __ATOMIC_RELAXED);
-    if (state == SLOT_ALIVE && vm == r->vm_id && pid != 0 && pid <= INT32_MAX) {
-        *by_pid = true;
-        return ivshm__pid_dead(pid, start);
-    }
-    return now > hb && now - hb > timeout_ns;
-}
-
-static unsigned reclaim_procs(ivshm_region_t *r, unsigned *chunks)
+/* Takes the slots of leases proven dead and, with force (the admin's
+ * proof), of leases in doubt, describing each of those to released. */
+static unsigned reclaim_procs(ivshm_region_t *r, bool force,
+                              ivshm_gc_release_fn released, void *arg,
+                              ivshm_gc_stats_t *stats)
 {
     unsigned n = 0;
     uint64_t timeout_ns = ivshm__ms_to_ns(r->g.lease_timeout_ms);
@@ -150,25 +170,39 @@ static unsigned reclaim_procs(ivshm_region_t *r, unsigned *chunks)
         if (r->attached && i == r->slot)
             continue;
         if (st == SLOT_RECLAIMING) {
-            /* a reclaimer that died mid-way: finish after two timeouts */
+            /* a reclaimer that died mid-way (it had its proof of death
+             * when it took the slot): finish after two timeouts */
             uint64_t hb = atomic_load(&s->heartbeat_ns);
             if (hb && now > hb && now - hb > 2 * timeout_ns &&
                 atomic_compare_exchange_strong(
                     &s->word, &w, SLOT_WORD(gen + 1, SLOT_RECLAIMING))) {
-                *chunks += release_slot(r, i, gen);
+                stats->chunks_freed += release_slot(r, i, gen, true);
                 n++;
             }
             continue;
         }
         if (st != SLOT_ALIVE && st != SLOT_CLAIMING)
             continue;
-        bool by_pid;
-        if (!lease_dead(r, s, st, now, timeout_ns, &by_pid))
+        if (atomic_load(&s->heartbeat_ns) == 0) {
+            /* Claimed but not yet stamped: start the clock now so that a
+             * claimer that died here expires one timeout later. */
+            uint64_t zero = 0;
+            atomic_compare_exchange_strong(&s->heartbeat_ns, &zero, now);
             continue;
+        }
+        bool by_pid;
+        enum ivshm_verdict v = ivshm__lease_verdict(r, s, w, now, &by_pid);
+        if (v == VERDICT_LIVE)
+            continue;
+        if (v == VERDICT_DOUBT && !force) {
+            stats->procs_in_doubt++; /* D0: a paused VM is alive */
+            continue;
+        }
         if (!atomic_compare_exchange_strong(&s->word, &w,
                                             SLOT_WORD(gen, SLOT_RECLAIMING)))
             continue;
-        /* L1: re-read the heartbeat after our claim; see L0. */
+        /* L1: re-read the heartbeat after our claim; see L0. An owner in
+         * doubt that answers now is alive after all, forced or not. */
         uint64_t hb = atomic_load(&s->heartbeat_ns);
         now = ivshm__now_ns();
         if (!by_pid && hb > now - timeout_ns) {
@@ -176,23 +210,42 @@ static unsigned reclaim_procs(ivshm_region_t *r, unsigned *chunks)
             atomic_compare_exchange_strong(&s->word, &mine, w);
             continue;
         }
-        *chunks += release_slot(r, i, gen);
+        if (v == VERDICT_DOUBT && released) {
+            ivshm_proc_info_t p;
+            if (ivshm_region_proc(r, i, &p) == IVSHM_OK)
+                released(arg, &p);
+        }
+        stats->chunks_freed += release_slot(r, i, gen, true);
         atomic_fetch_add(&ivshm__hdr(r)->reclaims, 1);
         n++;
     }
     return n;
 }
 
-ivshm_status_t ivshm_gc(ivshm_region_t *r, ivshm_gc_stats_t *stats)
+static ivshm_status_t collect(ivshm_region_t *r, bool force,
+                              ivshm_gc_release_fn released, void *arg,
+                              ivshm_gc_stats_t *stats)
 {
     if (!r->valid || r->rdonly)
         return ivshm__fail(IVSHM_ERR_INVAL,
                            "cannot collect on an invalid or read-only region");
     ivshm_gc_stats_t local = {0};
-    local.procs_reclaimed = reclaim_procs(r, &local.chunks_freed);
+    local.procs_reclaimed = reclaim_procs(r, force, released, arg, &local);
     local.jobs_reclaimed = ivshm__job_gc(r, &local.chunks_freed);
     local.chunks_freed += sweep_orphans(r);
+    ivshm__sweep_cooled(r);
     if (stats)
         *stats = local;
     return IVSHM_OK;
+}
+
+ivshm_status_t ivshm_gc(ivshm_region_t *r, ivshm_gc_stats_t *stats)
+{
+    return collect(r, false, NULL, NULL, stats);
+}
+
+ivshm_status_t ivshm_gc_force(ivshm_region_t *r, ivshm_gc_release_fn released,
+                              void *arg, ivshm_gc_stats_t *stats)
+{
+    return collect(r, true, released, arg, stats);
 }

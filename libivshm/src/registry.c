@@ -46,6 +46,35 @@ bool ivshm__proc_live(ivshm_region_t *r, uint32_t idx, uint32_t gen)
     return ivshm__proc_state(r, idx, gen) != PROC_GONE;
 }
 
+enum ivshm_verdict ivshm__lease_verdict(const ivshm_region_t *r,
+                                        struct ivshm_reg_slot *s, uint64_t w,
+                                        uint64_t now, bool *by_pid)
+{
+    *by_pid = false;
+    uint64_t hb = atomic_load_explicit(&s->heartbeat_ns, memory_order_acquire);
+    if (hb == 0)
+        return VERDICT_LIVE; /* not stamped yet: the gc starts its clock */
+    bool expired =
+        now > hb && now - hb > ivshm__ms_to_ns(r->g.lease_timeout_ms);
+    /* A claim owns nothing yet (no chunk, no job): one that expired is
+     * released; its claimer, if it lives, fails its publish and claims
+     * again. */
+    if (SLOT_STATE(w) == SLOT_CLAIMING)
+        return expired ? VERDICT_DEAD : VERDICT_LIVE;
+    /* read once: another VM may rewrite them while we decide. The identity
+     * is complete once ALIVE is published (R1). */
+    uint64_t vm = __atomic_load_n(&s->vm_id, __ATOMIC_RELAXED);
+    uint64_t start = __atomic_load_n(&s->start_time, __ATOMIC_RELAXED);
+    uint32_t pid = __atomic_load_n(&s->pid, __ATOMIC_RELAXED);
+    if (vm == r->vm_id && pid != 0 && pid <= INT32_MAX) {
+        *by_pid = true;
+        return ivshm__pid_dead(pid, start) ? VERDICT_DEAD : VERDICT_LIVE;
+    }
+    /* another VM: its pids mean nothing here, and a VM paused for minutes
+     * is alive; an expired heartbeat proves nothing */
+    return expired ? VERDICT_DOUBT : VERDICT_LIVE;
+}
+
 static ivshm_status_t lease_lost(ivshm_region_t *r)
 {
     bool was = atomic_exchange(&r->lease_lost, true);
@@ -53,8 +82,9 @@ static ivshm_status_t lease_lost(ivshm_region_t *r)
         return IVSHM_ERR_LEASE_LOST;
     return ivshm__fail(IVSHM_ERR_LEASE_LOST,
                        "lease on registry slot %u of %s was reclaimed: this "
-                       "process stalled longer than the lease timeout (%u "
-                       "ms) and must stop using the region",
+                       "process was declared dead ('ivshm gc --force' after "
+                       "it stalled longer than the lease timeout, %u ms) and "
+                       "must stop using the region",
                        r->slot, r->uri, r->g.lease_timeout_ms);
 }
 

@@ -18,6 +18,7 @@
 struct opts {
     const char *region;
     bool json;
+    bool force; /* format: over a valid region; gc: leases in doubt */
     ivshm_format_opts_t fmt;
 };
 
@@ -65,10 +66,14 @@ static const char *const cmd_help[][2] = {
      "Exits non-zero (the status code of the first problem) on damage;\n"
      "notes such as leaked chunks do not fail the check.\n"},
     {"gc",
-     "usage: ivshm gc [--region URI] [--json]\n"
-     "Reclaims the registry slots of dead processes (this VM: pid gone;\n"
-     "other VMs: heartbeat older than the lease timeout), jobs without live\n"
-     "members and chunks whose owner is gone.\n"},
+     "usage: ivshm gc [--region URI] [--force] [--json]\n"
+     "Reclaims the registry slots of processes proven dead (this VM: pid\n"
+     "gone or reused), jobs without live members and chunks whose owner is\n"
+     "gone; a reclaimed process' chunks cool for one lease timeout first.\n"
+     "A lease of another VM whose heartbeat is older than the lease timeout\n"
+     "is in doubt (its VM may be paused): it is kept and counted. --force\n"
+     "releases the leases in doubt too, printing each (slot, VM, pid, age of\n"
+     "its heartbeat): use it once those VMs are known to be gone.\n"},
     {"config",
      "usage: ivshm config [--json]\n"
      "Prints the channel configuration table: environment variable,\n"
@@ -201,10 +206,12 @@ static int do_info(struct opts *o)
         jstr(ivshm_region_uri(r));
         printf(",\"uuid\":\"%s\",\"version\":%u,\"size\":%llu,"
                "\"created\":\"%s\",\"chunk_size\":%u,\"chunks\":%u,"
-               "\"chunks_used\":%u,\"lease_timeout_ms\":%u,\"memory\":",
+               "\"chunks_used\":%u,\"chunks_cooling\":%u,"
+               "\"processes_in_doubt\":%u,\"lease_timeout_ms\":%u,"
+               "\"memory\":",
                u, inf.version, (unsigned long long)inf.size, tbuf,
                inf.chunk_size, inf.chunk_count, inf.chunks_used,
-               inf.lease_timeout_ms);
+               inf.chunks_cooling, inf.reg_in_doubt, inf.lease_timeout_ms);
         jstr(ivshm_region_memtype(r));
         printf(",\"processes\":[");
     } else {
@@ -219,7 +226,11 @@ static int do_info(struct opts *o)
                                : 0.0,
                inf.lease_timeout_ms);
         printf("memory     %s\n", ivshm_region_memtype(r));
-        printf("processes  %u of %u slots\n", inf.reg_used, inf.reg_slots);
+        printf("cooling    %u chunks (a dead owner's, free after the lease "
+               "timeout)\n",
+               inf.chunks_cooling);
+        printf("processes  %u of %u slots, %u in doubt\n", inf.reg_used,
+               inf.reg_slots, inf.reg_in_doubt);
     }
     bool first = true;
     for (uint32_t i = 0; i < inf.reg_slots; i++) {
@@ -239,13 +250,15 @@ static int do_info(struct opts *o)
             jstr(p.host);
             printf(",\"comm\":");
             jstr(p.comm);
-            printf(",\"heartbeat_age_ms\":%lld,\"jobs\":%u,\"chunks\":%u}",
-                   (long long)p.heartbeat_age_ms, p.job, p.chunks);
+            printf(",\"heartbeat_age_ms\":%lld,\"jobs\":%u,\"chunks\":%u,"
+                   "\"in_doubt\":%s}",
+                   (long long)p.heartbeat_age_ms, p.job, p.chunks,
+                   p.in_doubt ? "true" : "false");
         } else {
             printf("  slot %-4u %-10s pid %-7u vm %016llx host %-16s %-12s "
                    "heartbeat %lld ms ago, %u chunks%s\n",
-                   p.slot, state_name(p.state), p.pid,
-                   (unsigned long long)p.vm_id, p.host, p.comm,
+                   p.slot, p.in_doubt ? "in-doubt" : state_name(p.state),
+                   p.pid, (unsigned long long)p.vm_id, p.host, p.comm,
                    (long long)p.heartbeat_age_ms, p.chunks,
                    p.job ? ", in jobs" : "");
         }
@@ -389,6 +402,27 @@ static int do_check(struct opts *o)
     return st;
 }
 
+struct gc_ctx {
+    bool json;
+    unsigned n;
+};
+
+static void gc_released(void *arg, const ivshm_proc_info_t *p)
+{
+    struct gc_ctx *c = arg;
+    if (c->json)
+        printf("%s{\"slot\":%u,\"vm\":\"%016llx\",\"pid\":%u,"
+               "\"heartbeat_age_ms\":%lld}",
+               c->n ? "," : "", p->slot, (unsigned long long)p->vm_id, p->pid,
+               (long long)p->heartbeat_age_ms);
+    else
+        printf("released lease in doubt: slot %u, vm %016llx, pid %u, "
+               "heartbeat %lld ms ago\n",
+               p->slot, (unsigned long long)p->vm_id, p->pid,
+               (long long)p->heartbeat_age_ms);
+    c->n++;
+}
+
 static int do_gc(struct opts *o)
 {
     ivshm_region_t *r;
@@ -396,17 +430,30 @@ static int do_gc(struct opts *o)
     if (st != IVSHM_OK)
         return st;
     ivshm_gc_stats_t s;
-    st = ivshm_gc(r, &s);
+    struct gc_ctx c = {o->json, 0};
+    if (o->json)
+        printf("{\"released\":[");
+    st = o->force ? ivshm_gc_force(r, gc_released, &c, &s) : ivshm_gc(r, &s);
     if (st != IVSHM_OK) {
+        if (o->json)
+            printf("]}\n");
         ivshm_region_close(r);
         return fail("gc", st);
     }
     if (o->json)
-        printf("{\"processes\":%u,\"jobs\":%u,\"chunks\":%u}\n",
-               s.procs_reclaimed, s.jobs_reclaimed, s.chunks_freed);
+        printf("],\"processes\":%u,\"jobs\":%u,\"chunks\":%u,"
+               "\"in_doubt\":%u}\n",
+               s.procs_reclaimed, s.jobs_reclaimed, s.chunks_freed,
+               s.procs_in_doubt);
     else
         printf("reclaimed %u process leases, %u jobs, %u chunks\n",
                s.procs_reclaimed, s.jobs_reclaimed, s.chunks_freed);
+    if (!o->json && s.procs_in_doubt)
+        printf("kept %u leases in doubt (heartbeat older than the lease "
+               "timeout, owner in another VM that may be paused); 'ivshm "
+               "gc --force' releases them once their VMs are known to be "
+               "gone\n",
+               s.procs_in_doubt);
     ivshm_region_close(r);
     return 0;
 }
@@ -500,7 +547,7 @@ int main(int argc, char **argv)
         case 'r': o.region = optarg; break;
         case 'j': o.json = true; break;
         case 'h': help = true; break;
-        case 'f': o.fmt.force = 1; break;
+        case 'f': o.fmt.force = 1; o.force = true; break;
         case 'H': o.fmt.hugepages = 1; break;
         case 'm': o.fmt.mode = (mode_t)strtoul(optarg, NULL, 8); break;
         case 's': case 'c': case 'p': case 'J': case 'l':

@@ -231,8 +231,8 @@ struct field_case {
  * byte walk above). Deltas apply to the formatted 2 MiB region below. */
 static const struct field_case field_cases[] = {
     HDR_CASE(magic, 1, IVSHM_ERR_BAD_MAGIC, "bad magic"),
-    HDR_CASE(version, 1, IVSHM_ERR_VERSION, "layout version 3"),
-    HDR_CASE(version, -1, IVSHM_ERR_VERSION, "layout version 1"),
+    HDR_CASE(version, 1, IVSHM_ERR_VERSION, "layout version 4"),
+    HDR_CASE(version, -1, IVSHM_ERR_VERSION, "layout version 2"),
     HDR_CASE(hdr_size, 4096, IVSHM_ERR_CORRUPT, "'hdr_size'"),
     HDR_CASE(region_size, 4096, IVSHM_ERR_SIZE_MISMATCH, "'region_size'"),
     HDR_CASE(chunk_shift, -5, IVSHM_ERR_CORRUPT, "'chunk_shift'"),
@@ -505,8 +505,9 @@ static uint64_t heartbeat_of(ivshm_region_t *r)
 }
 
 /* A lease of another VM expires after the timeout; before it, a slow owner
- * keeps it; a renew before the gc keeps it; after a reclaim the owner
- * learns it on renew. */
+ * keeps it; a renew before the gc keeps it; once expired it is only in
+ * doubt (its VM may be paused) and a plain gc keeps it; the admin's forced
+ * gc releases it, and the owner learns it on renew. */
 static void test_lease_expiry(void **state)
 {
     (void)state;
@@ -527,6 +528,9 @@ static void test_lease_expiry(void **state)
     assert_int_equal(s.procs_reclaimed, 0); /* renewed in time */
     age_lease(slow, 10500);
     assert_int_equal(ivshm_gc(gc, &s), IVSHM_OK);
+    assert_int_equal(s.procs_reclaimed, 0); /* in doubt: kept */
+    assert_int_equal(s.procs_in_doubt, 1);
+    assert_int_equal(ivshm_gc_force(gc, NULL, NULL, &s), IVSHM_OK);
     assert_int_equal(s.procs_reclaimed, 1);
     assert_int_equal(s.chunks_freed, 1);
     atomic_store(&slow->last_renew_ns, 0);

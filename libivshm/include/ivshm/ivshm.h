@@ -52,7 +52,7 @@ const char *ivshm_strerror(ivshm_status_t st);
  * field or the fix); never NULL. */
 const char *ivshm_last_error(void);
 
-#define IVSHM_LAYOUT_VERSION 2u
+#define IVSHM_LAYOUT_VERSION 3u
 #define IVSHM_MIN_REGION_SIZE (1ull << 20)
 #define IVSHM_ENV_REGION "IVSHM_REGION" /* default URI */
 #define IVSHM_ENV_VM_ID "IVSHM_VM_ID"   /* override the VM identity */
@@ -135,11 +135,15 @@ ivshm_status_t ivshm_lease_start_thread(ivshm_region_t *r);
 typedef struct ivshm_gc_stats {
     unsigned procs_reclaimed;
     unsigned jobs_reclaimed;
-    unsigned chunks_freed;
+    unsigned chunks_freed; /* a reclaimed process' chunks cool first */
+    unsigned procs_in_doubt; /* expired leases kept: death not proven */
 } ivshm_gc_stats_t;
-/* Reclaims the slots of dead or expired leases, jobs with no live member
- * and chunks whose owner is gone. Safe against slow owners: only expired
- * (or provably dead) leases are taken, by generation-checked CAS. */
+/* Reclaims the leases of processes proven dead (this VM: pid gone or
+ * reused; any VM: a claim that expired before it owned anything), jobs
+ * with no live member and chunks whose owner is gone. A lease of another
+ * VM whose heartbeat expired is only in doubt (its VM may be paused): it
+ * is kept with everything it owns (docs/lifetimes.md). The chunks of a
+ * reclaimed process cool for one lease timeout before anybody gets them. */
 ivshm_status_t ivshm_gc(ivshm_region_t *r, ivshm_gc_stats_t *stats);
 
 /* ---- identity and co-residency ---- */
@@ -216,6 +220,8 @@ typedef struct ivshm_region_info {
     uint32_t job_slots, job_used;
     uint32_t lease_timeout_ms;
     uint64_t heap_off;
+    uint32_t chunks_cooling; /* among chunks_used: a dead owner's, cooling */
+    uint32_t reg_in_doubt;   /* among reg_used: leases in doubt */
 } ivshm_region_info_t;
 
 typedef struct ivshm_proc_info {
@@ -227,7 +233,17 @@ typedef struct ivshm_proc_info {
     uint32_t chunks;
     char host[33];
     char comm[17];
+    int in_doubt; /* alive, heartbeat older than the lease timeout, death
+                   * not provable from here (docs/lifetimes.md) */
 } ivshm_proc_info_t;
+
+/* ivshm_gc, and the admin's proof of death for every lease in doubt: each
+ * one is released (after its owner had one last chance to answer, as for
+ * any reclaim) and described to released (may be NULL) just before. For
+ * `ivshm gc --force`, once the VMs of those leases are known to be gone. */
+typedef void (*ivshm_gc_release_fn)(void *arg, const ivshm_proc_info_t *p);
+ivshm_status_t ivshm_gc_force(ivshm_region_t *r, ivshm_gc_release_fn released,
+                              void *arg, ivshm_gc_stats_t *stats);
 
 typedef struct ivshm_job_info {
     uint32_t slot, gen;

@@ -1,0 +1,543 @@
+/*
+ * Lifetimes of region memory (docs/lifetimes.md), through real processes
+ * sharing one /dev/shm region; a "VM" is a process with its own
+ * IVSHM_VM_ID. A lease whose heartbeat expired is only in doubt: its owner
+ * may be paused, so its memory is never handed out on that alone. A lease
+ * is released on proof of death (a gc of the owner's VM finds its pid
+ * gone, an admin's `ivshm gc --force`, the owner's detach); the chunks of
+ * a dead owner cool for one lease timeout before anybody takes them, and
+ * every chunk is zeroed before its new owner gets it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "internal.h"
+#include "../testutil.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#define MIB (1u << 20)
+#define REGION_SIZE (16u * MIB)
+#define LEASE_MS 300u
+#define PAST_LEASE_US (3 * LEASE_MS * 1000u) /* well past the lease */
+#define MAX_TAKEN 4096
+
+static char path[256];
+
+static int setup_lease(uint32_t lease_ms)
+{
+    tu_region_path(path, sizeof(path), "life");
+    return tu_format(path, REGION_SIZE, 8, lease_ms) == IVSHM_OK ? 0 : -1;
+}
+static int setup(void **state)
+{
+    (void)state;
+    return setup_lease(LEASE_MS);
+}
+/* long enough that taking every chunk surely ends inside it */
+#define COOL_LEASE_MS 1500u
+static int setup_cool(void **state)
+{
+    (void)state;
+    return setup_lease(COOL_LEASE_MS);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unsetenv(IVSHM_ENV_VM_ID);
+    unlink(path);
+    return 0;
+}
+
+/* Opens and attaches the region as VM vm (NULL: this machine's id). */
+static ivshm_region_t *open_as(const char *vm)
+{
+    if (vm)
+        setenv(IVSHM_ENV_VM_ID, vm, 1);
+    else
+        unsetenv(IVSHM_ENV_VM_ID);
+    ivshm_region_t *r;
+    if (ivshm_region_open(tu_uri(path), 0, &r) != IVSHM_OK)
+        return NULL;
+    unsetenv(IVSHM_ENV_VM_ID);
+    if (ivshm_attach(r) != IVSHM_OK) {
+        ivshm_region_close(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* ---- a child process driven through two pipes ---- */
+
+struct child {
+    pid_t pid;
+    int to, from; /* our ends */
+};
+
+/* What a child reports once it holds its memory. */
+struct holding {
+    ivshm_identity_t id;
+    uint64_t off, len;
+    uint32_t job_idx;
+};
+
+typedef int (*child_fn)(ivshm_region_t *r, int in, int out);
+
+static void start(struct child *c, const char *vm, child_fn fn)
+{
+    int down[2], up[2];
+    assert_int_equal(pipe(down), 0);
+    assert_int_equal(pipe(up), 0);
+    c->pid = fork();
+    assert_true(c->pid >= 0);
+    if (c->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(down[1]);
+        close(up[0]);
+        ivshm_region_t *r = open_as(vm);
+        _exit(r ? fn(r, down[0], up[1]) : 90);
+    }
+    close(down[0]);
+    close(up[1]);
+    c->to = down[1];
+    c->from = up[0];
+}
+
+static void get_holding(struct child *c, struct holding *h)
+{
+    assert_int_equal(read(c->from, h, sizeof(*h)), (ssize_t)sizeof(*h));
+}
+
+static void go(struct child *c)
+{
+    assert_int_equal(write(c->to, "g", 1), 1);
+}
+
+static int wait_go(int in)
+{
+    char x;
+    return read(in, &x, 1) == 1 ? 0 : 91;
+}
+
+static int finish(struct child *c)
+{
+    int ws;
+    assert_int_equal(waitpid(c->pid, &ws, 0), c->pid);
+    close(c->to);
+    close(c->from);
+    return ws;
+}
+
+static uint32_t chunk_size(ivshm_region_t *r)
+{
+    ivshm_region_info_t ri;
+    assert_int_equal(ivshm_region_info(r, &ri), IVSHM_OK);
+    return ri.chunk_size;
+}
+
+/* Takes every chunk the allocator gives, one at a time, and fills each
+ * with fill; returns how many. */
+static unsigned take_all(ivshm_region_t *r, uint64_t *offs, int fill)
+{
+    uint32_t cs = chunk_size(r);
+    unsigned char *base = ivshm_region_base(r);
+    unsigned n = 0;
+    while (n < MAX_TAKEN && ivshm_alloc(r, cs, &offs[n]) == IVSHM_OK) {
+        if (fill >= 0)
+            memset(base + offs[n], fill, cs);
+        n++;
+    }
+    return n;
+}
+
+static bool overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
+{
+    return a < b + blen && b < a + alen;
+}
+
+/* fails if any taken chunk lies in [off, +len) */
+static void expect_none_inside(const uint64_t *offs, unsigned n, uint32_t cs,
+                               uint64_t off, uint64_t len, const char *what)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (overlaps(offs[i], cs, off, len))
+            fail_msg("%s: chunk at %llu was handed out (the memory "
+                     "[%llu, +%llu) of a lease not proven dead)",
+                     what, (unsigned long long)offs[i],
+                     (unsigned long long)off, (unsigned long long)len);
+}
+
+static void expect_filled(ivshm_region_t *r, const uint64_t *offs,
+                          unsigned n, int fill)
+{
+    uint32_t cs = chunk_size(r);
+    const unsigned char *base = ivshm_region_base(r);
+    for (unsigned i = 0; i < n; i++)
+        for (uint32_t k = 0; k < cs; k++)
+            if (base[offs[i] + k] != fill)
+                fail_msg("the bystander's chunk at %llu was written at +%u "
+                         "(0x%02x)",
+                         (unsigned long long)offs[i], k, base[offs[i] + k]);
+}
+
+/* ---- item 1: a paused owner resumes into memory that is still its own --- */
+
+/* Holds 4 MiB with its lease thread running; stopped by the parent; when
+ * resumed, writes the whole block with plain stores (no library call in
+ * between), then checks that its lease simply goes on. */
+static int paused_owner(ivshm_region_t *r, int in, int out)
+{
+    struct holding h = {.len = 4 * MIB};
+    if (ivshm_lease_start_thread(r) != IVSHM_OK ||
+        ivshm_alloc(r, h.len, &h.off) != IVSHM_OK ||
+        ivshm_self_identity(r, &h.id) != IVSHM_OK)
+        return 10;
+    unsigned char *p = (unsigned char *)ivshm_region_base(r) + h.off;
+    memset(p, 0xa1, h.len);
+    if (write(out, &h, sizeof(h)) != sizeof(h) || wait_go(in))
+        return 11;
+    memset(p, 0xa2, h.len); /* the stores a paused rank makes on resuming */
+    usleep(LEASE_MS * 1000); /* the lease thread renews meanwhile */
+    /* nothing was taken, so nothing was lost: the lease goes on */
+    if (ivshm_lease_renew(r) != IVSHM_OK ||
+        ivshm_region_owned(r, &h.id, h.off, h.len) != IVSHM_OK)
+        return 12;
+    for (uint64_t k = 0; k < h.len; k++)
+        if (p[k] != 0xa2)
+            return 13;
+    if (ivshm_free(r, h.off) != IVSHM_OK)
+        return 14;
+    return ivshm_detach(r) == IVSHM_OK ? 0 : 15;
+}
+
+static void test_paused_owner_keeps_memory(void **state)
+{
+    (void)state;
+    struct child a;
+    struct holding h;
+    start(&a, "vm-a", paused_owner);
+    get_holding(&a, &h);
+    kill(a.pid, SIGSTOP);
+    ivshm_region_t *b = open_as("vm-b");
+    assert_non_null(b);
+    usleep(PAST_LEASE_US);
+    ivshm_gc_stats_t gs;
+    assert_int_equal(ivshm_gc(b, &gs), IVSHM_OK);
+    uint64_t *offs = calloc(MAX_TAKEN, sizeof(*offs));
+    unsigned n = take_all(b, offs, 0x5b);
+    assert_true(n > 0);
+    /* the owner's memory is still its own, for every peer that checks */
+    ivshm_status_t owned = ivshm_region_owned(b, &h.id, h.off, h.len);
+    kill(a.pid, SIGCONT);
+    go(&a);
+    int ws = finish(&a);
+    expect_filled(b, offs, n, 0x5b);
+    assert_int_equal(owned, IVSHM_OK);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+        fail_msg("the resumed owner ended with 0x%x (its lease did not go "
+                 "on)", ws);
+    expect_none_inside(offs, n, chunk_size(b), h.off, h.len, "paused owner");
+    free(offs);
+    ivshm_region_close(b);
+}
+
+/* ---- item 2: a paused rank 0's collective memory (library level) ---- */
+
+/* Creates a job (its area) and holds 256 KiB of its own chunks, the place
+ * coll ivshmem puts a communicator's slots (comm rank 0's chunks). */
+static int paused_rank0(ivshm_region_t *r, int in, int out)
+{
+    struct holding h = {.len = 256 * 1024};
+    ivshm_job_t *j;
+    if (ivshm_job_join(r, "life-coll", 65536, &j) != IVSHM_OK ||
+        ivshm_alloc(r, h.len, &h.off) != IVSHM_OK ||
+        ivshm_self_identity(r, &h.id) != IVSHM_OK)
+        return 20;
+    h.job_idx = ivshm_job_index(j);
+    if (write(out, &h, sizeof(h)) != sizeof(h) || wait_go(in))
+        return 21;
+    return 0;
+}
+
+static void test_paused_rank0_collective_memory(void **state)
+{
+    (void)state;
+    struct child a;
+    struct holding h;
+    start(&a, "vm-a", paused_rank0);
+    get_holding(&a, &h);
+    ivshm_region_t *b = open_as("vm-b");
+    assert_non_null(b);
+    ivshm_job_t *jb;
+    assert_int_equal(ivshm_job_join(b, "life-coll", 65536, &jb), IVSHM_OK);
+    uint64_t area = ivshm_job_area_off(jb), area_len = ivshm_job_area_size(jb);
+    kill(a.pid, SIGSTOP);
+    usleep(PAST_LEASE_US);
+    ivshm_job_leave(jb); /* the paused rank is the job's last member */
+    ivshm_region_t *c = open_as("vm-c");
+    assert_non_null(c);
+    assert_int_equal(ivshm_gc(c, NULL), IVSHM_OK);
+    uint64_t *offs = calloc(MAX_TAKEN, sizeof(*offs));
+    unsigned n = take_all(c, offs, 0x6c);
+    assert_true(n > 0);
+    uint32_t cs = chunk_size(c);
+    expect_none_inside(offs, n, cs, h.off, h.len, "rank 0's slots");
+    expect_none_inside(offs, n, cs, area, area_len, "the job's area");
+    /* a rank that checks the owner before a slot write still finds it */
+    assert_int_equal(ivshm_region_owned(b, &h.id, h.off, h.len), IVSHM_OK);
+    kill(a.pid, SIGCONT);
+    go(&a);
+    int ws = finish(&a);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    free(offs);
+    ivshm_region_close(c);
+    ivshm_region_close(b);
+}
+
+/* ---- cooling and scrub: the chunks of a process killed holding them ---- */
+
+static const char SECRET[] = "secret-marker-of-a-previous-owner";
+
+static void mark(unsigned char *p, uint64_t len)
+{
+    for (uint64_t k = 0; k + sizeof(SECRET) <= len; k += 4096)
+        memcpy(p + k, SECRET, sizeof(SECRET));
+}
+
+/* Holds 1 MiB marked with the secret until it is killed. */
+static int killed_holder(ivshm_region_t *r, int in, int out)
+{
+    struct holding h = {.len = MIB};
+    if (ivshm_alloc(r, h.len, &h.off) != IVSHM_OK)
+        return 30;
+    mark((unsigned char *)ivshm_region_base(r) + h.off, h.len);
+    if (write(out, &h, sizeof(h)) != sizeof(h))
+        return 31;
+    wait_go(in);
+    return 32;
+}
+
+/* Allocates blocks of 64 KiB .. 4 MiB, marks and frees them, and detaches
+ * (its own frees and its own detach: no cooling). */
+static int freeing_owner(ivshm_region_t *r, int in, int out)
+{
+    (void)in;
+    for (uint64_t len = 64 * 1024; len <= 4 * MIB; len *= 4) {
+        uint64_t off;
+        if (ivshm_alloc(r, len, &off) != IVSHM_OK)
+            return 40;
+        mark((unsigned char *)ivshm_region_base(r) + off, len);
+        if (ivshm_free(r, off) != IVSHM_OK)
+            return 41;
+    }
+    uint64_t kept; /* alive at detach, as a heap block at MPI_Finalize */
+    if (ivshm_alloc(r, 2 * MIB, &kept) != IVSHM_OK)
+        return 42;
+    mark((unsigned char *)ivshm_region_base(r) + kept, 2 * MIB);
+    struct holding h = {.off = kept, .len = 2 * MIB};
+    if (write(out, &h, sizeof(h)) != sizeof(h))
+        return 43;
+    return ivshm_detach(r) == IVSHM_OK ? 0 : 44;
+}
+
+/* A process of this VM killed holding chunks is reclaimed at once (its pid
+ * is gone), but its chunks are handed out only after one lease timeout. */
+static void test_dead_owner_chunks_cool(void **state)
+{
+    (void)state;
+    struct child a;
+    struct holding h;
+    start(&a, NULL, killed_holder);
+    get_holding(&a, &h);
+    kill(a.pid, SIGKILL);
+    finish(&a);
+    ivshm_region_t *b = open_as(NULL);
+    assert_non_null(b);
+    double t0 = tu_now_s();
+    ivshm_gc_stats_t gs;
+    assert_int_equal(ivshm_gc(b, &gs), IVSHM_OK);
+    assert_int_equal(gs.procs_reclaimed, 1); /* by pid, not by timeout */
+    uint64_t *offs = calloc(MAX_TAKEN, sizeof(*offs));
+    unsigned n = take_all(b, offs, -1);
+    if (tu_now_s() - t0 >= COOL_LEASE_MS / 1000.0)
+        fail_msg("taking the free chunks outlasted the cooling period: "
+                 "cannot judge");
+    expect_none_inside(offs, n, chunk_size(b), h.off, h.len,
+                       "a dead owner's chunks while they cool");
+    usleep(COOL_LEASE_MS * 1000 + 100 * 1000);
+    unsigned more = take_all(b, offs + n, -1);
+    assert_true(more * (uint64_t)chunk_size(b) >= h.len);
+    bool got = false;
+    for (unsigned i = n; i < n + more; i++)
+        got |= overlaps(offs[i], chunk_size(b), h.off, h.len);
+    assert_true(got); /* after the cooling period they are free again */
+    free(offs);
+    ivshm_region_close(b);
+}
+
+/* ---- item 6: memory that changes hands is clean ---- */
+
+static void test_memory_changes_hands_clean(void **state)
+{
+    (void)state;
+    struct child a, d;
+    struct holding h;
+    start(&a, NULL, freeing_owner);
+    get_holding(&a, &h);
+    int ws = finish(&a);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    start(&d, NULL, killed_holder);
+    get_holding(&d, &h);
+    kill(d.pid, SIGKILL);
+    finish(&d);
+    ivshm_region_t *b = open_as(NULL);
+    assert_non_null(b);
+    assert_int_equal(ivshm_gc(b, NULL), IVSHM_OK);
+    usleep(LEASE_MS * 1000 + 100 * 1000); /* past the killed one's cooling */
+    uint64_t *offs = calloc(MAX_TAKEN, sizeof(*offs));
+    unsigned n = take_all(b, offs, -1);
+    ivshm_region_info_t ri;
+    assert_int_equal(ivshm_region_info(b, &ri), IVSHM_OK);
+    assert_int_equal(n, ri.chunk_count); /* every chunk changed hands */
+    const unsigned char *base = ivshm_region_base(b);
+    for (unsigned i = 0; i < n; i++)
+        for (uint32_t k = 0; k < ri.chunk_size; k++)
+            if (base[offs[i] + k] != 0)
+                fail_msg("chunk at %llu holds a previous owner's byte at "
+                         "+%u ('%c')",
+                         (unsigned long long)offs[i], k, base[offs[i] + k]);
+    free(offs);
+    ivshm_region_close(b);
+}
+
+/* ---- the admin's proof: `ivshm gc --force`, and attach's message ---- */
+
+/* Holds 1 MiB; once resumed after the admin released its lease, its next
+ * call must say the lease is lost (it was declared dead: it must stop). */
+static int declared_dead(ivshm_region_t *r, int in, int out)
+{
+    struct holding h = {.len = MIB};
+    if (ivshm_alloc(r, h.len, &h.off) != IVSHM_OK ||
+        ivshm_self_identity(r, &h.id) != IVSHM_OK)
+        return 50;
+    if (write(out, &h, sizeof(h)) != sizeof(h) || wait_go(in))
+        return 51;
+    uint64_t off;
+    return ivshm_alloc(r, 4096, &off) == IVSHM_ERR_LEASE_LOST ? 0 : 52;
+}
+
+/* Runs the real tool: `ivshm gc [--force] --region URI`; its output. */
+static void run_gc_tool(bool force, char *out, size_t len)
+{
+    const char *top = getenv("top_builddir");
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "'%s/libivshm/tools/ivshm' gc %s--region '%s'",
+             top ? top : ".", force ? "--force " : "", tu_uri(path));
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, len - 1, f);
+    out[n] = '\0';
+    assert_int_equal(pclose(f), 0);
+}
+
+static void test_gc_force_releases_doubt(void **state)
+{
+    (void)state;
+    struct child a;
+    struct holding h;
+    start(&a, "vm-a", declared_dead);
+    get_holding(&a, &h);
+    kill(a.pid, SIGSTOP);
+    usleep(PAST_LEASE_US);
+    char out[2048], want[256];
+    run_gc_tool(false, out, sizeof(out));
+    if (!strstr(out, "kept 1 leases in doubt") || !strstr(out, "--force"))
+        fail_msg("plain gc: a lease in doubt not kept and named:\n%s", out);
+    run_gc_tool(true, out, sizeof(out));
+    snprintf(want, sizeof(want),
+             "released lease in doubt: slot %u, vm %016llx, pid %u, "
+             "heartbeat ",
+             h.id.slot, (unsigned long long)h.id.vm_id, h.id.pid);
+    if (!strstr(out, want))
+        fail_msg("gc --force did not name the lease it released (%s):\n%s",
+                 want, out);
+    ivshm_region_t *b = open_as("vm-b");
+    assert_non_null(b);
+    assert_int_equal(ivshm_region_owned(b, &h.id, h.off, h.len),
+                     IVSHM_ERR_PEER_DEAD);
+    ivshm_region_info_t ri;
+    assert_int_equal(ivshm_region_info(b, &ri), IVSHM_OK);
+    assert_int_equal(ri.chunks_cooling, h.len / ri.chunk_size);
+    kill(a.pid, SIGCONT);
+    go(&a);
+    int ws = finish(&a);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+        fail_msg("the released owner ended with 0x%x (not told its lease "
+                 "was lost)", ws);
+    ivshm_region_close(b);
+}
+
+static void count_released(void *arg, const ivshm_proc_info_t *p)
+{
+    (void)p;
+    (*(unsigned *)arg)++;
+}
+
+/* A registry full of leases in doubt: attach names them and the remedy;
+ * the forced gc releases them (each described), and attach then works. */
+static void test_registry_full_of_doubt(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_format(path, REGION_SIZE, 2, LEASE_MS), IVSHM_OK);
+    ivshm_region_t *x = open_as("vm-x"), *y = open_as("vm-y");
+    assert_non_null(x);
+    assert_non_null(y);
+    /* as owners in other VMs that stalled 10 s leave their leases */
+    uint64_t old = ivshm__now_ns() - ivshm__ms_to_ns(10000);
+    atomic_store(&ivshm__reg(x, x->slot)->heartbeat_ns, old);
+    atomic_store(&ivshm__reg(y, y->slot)->heartbeat_ns, old);
+    setenv(IVSHM_ENV_VM_ID, "vm-z", 1);
+    ivshm_region_t *z;
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &z), IVSHM_OK);
+    unsetenv(IVSHM_ENV_VM_ID);
+    assert_int_equal(ivshm_attach(z), IVSHM_ERR_REGISTRY_FULL);
+    const char *m = ivshm_last_error();
+    if (!strstr(m, "in doubt") || !strstr(m, "slot 0 (vm ") ||
+        !strstr(m, "slot 1 (vm ") || !strstr(m, "ivshm gc --force"))
+        fail_msg("attach's message: %s", m);
+    unsigned released = 0;
+    ivshm_gc_stats_t gs;
+    assert_int_equal(ivshm_gc_force(z, count_released, &released, &gs),
+                     IVSHM_OK);
+    assert_int_equal(released, 2);
+    assert_int_equal(gs.procs_reclaimed, 2);
+    assert_int_equal(ivshm_attach(z), IVSHM_OK);
+    ivshm_region_close(z);
+    ivshm_region_close(y);
+    ivshm_region_close(x);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_paused_owner_keeps_memory, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_paused_rank0_collective_memory,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dead_owner_chunks_cool,
+                                        setup_cool, teardown),
+        cmocka_unit_test_setup_teardown(test_memory_changes_hands_clean, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_gc_force_releases_doubt, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_registry_full_of_doubt, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
