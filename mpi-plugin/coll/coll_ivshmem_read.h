@@ -45,6 +45,10 @@ civ_read_peer(civ_map_fn map, civ_copy_fn copy, const ivshm_identity_t *owner,
         map(owner, off, span, &peer) != IVSHM_OK)
         return CIV_READ_REFUSED;
     copy(dst, (const char *)peer + at, len);
+    /* after: the same range, still the owner's under the same lease (a
+     * lease ends before its chunks are freed and taken again) */
+    if (map(owner, off, span, &peer) != IVSHM_OK)
+        return CIV_READ_LOST;
     return CIV_READ_OK;
 }
 
