@@ -13,6 +13,10 @@
  *   coll_ivshmem_ops.c        the algorithms over one region
  *   coll_ivshmem_hier.c       communicators that span regions: one level
  *                             in each region, leaders over the network
+ *   coll_ivshmem_agree.c      every member's protocol settings compared
+ *                             when a communicator is queried
+ *   coll_ivshmem_read.h       reads of a peer's memory in place, checked
+ *                             against the owner's lease before and after
  *
  * The region itself is the BTL ivshmem's (found among the initialised
  * BTLs, like the mpool does); which region each rank maps is read from
@@ -129,6 +133,7 @@ typedef struct mca_coll_ivshmem_module_t {
     ompi_communicator_t *comm;
     civ_prev_t prev;
     enum civ_setup setup; /* agreed by every rank at the first collective */
+    bool aside; /* the members' settings differ: everything goes below */
     uint32_t n, me;
     ivshm_identity_t *ids; /* by comm rank (flat mode) */
     mca_btl_ivshmem_component_t *btl;
@@ -187,6 +192,18 @@ int civ_buf_stage_io(civ_buf_t *in, const void *sbuf, size_t scount,
                      ompi_datatype_t *sdt, civ_buf_t *out, bool in_place);
 /* drops both, writing the output back if ok */
 void civ_buf_unstage_io(civ_buf_t *in, civ_buf_t *out, bool in_place, bool ok);
+
+/* coll_ivshmem_agree.c */
+enum civ_agreement {
+    CIV_AGREE_SAME,   /* every member has the same settings */
+    CIV_AGREE_DIFFER, /* they differ: every member steps aside */
+    CIV_AGREE_OFF,    /* some member has the component off: none takes it */
+};
+/* publishes this process' settings (in its modex entry, at open) */
+void civ_agree_publish(void);
+/* compares every member's published settings, alike on every member;
+ * CIV_AGREE_DIFFER sets *priority to the lowest any member has */
+enum civ_agreement civ_agree(ompi_communicator_t *comm, int *priority);
 
 /* coll_ivshmem_area.c */
 /* Agrees on the area at the first collective (collective over comm,

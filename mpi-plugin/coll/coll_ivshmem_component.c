@@ -178,6 +178,7 @@ static int civ_open(void)
     }
     if (cc->max_ranks > cc->slot_size / 64)
         cc->max_ranks = cc->slot_size / 64; /* alltoall: 64 bytes a peer */
+    civ_agree_publish(); /* before Open MPI's modex exchange */
     return OMPI_SUCCESS;
 }
 
@@ -281,7 +282,10 @@ static void print_stats(mca_coll_ivshmem_module_t *m)
                 "%s; steps %llu, counter scans %llu, read in place: "
                 "allgather %llu, alltoall %llu",
                 m->comm ? m->comm->c_name : "?", m->me, m->n,
-                m->mode == CIV_FLAT ? "one region" : "two levels", line,
+                m->aside              ? "stepped aside"
+                : m->mode == CIV_FLAT ? "one region"
+                                      : "two levels",
+                line,
                 (unsigned long long)m->steps, (unsigned long long)m->scans,
                 (unsigned long long)m->direct[CIV_ALLGATHER],
                 (unsigned long long)m->direct[CIV_ALLTOALL]);
@@ -316,14 +320,45 @@ static bool kind_on(int k)
     return mca_coll_ivshmem_component.enabled & (1u << k);
 }
 
+/* A module that steps aside (the members' settings differ): every
+ * collective, whichever each member would take, is ours on every member
+ * and goes to the modules below, counted as a fallback (the area is never
+ * set up). */
+static mca_coll_base_module_t *aside_module(ompi_communicator_t *comm)
+{
+    mca_coll_ivshmem_module_t *m = OBJ_NEW(mca_coll_ivshmem_module_t);
+    if (!m)
+        return NULL;
+    m->mode = CIV_FLAT;
+    m->aside = true;
+    m->setup = CIV_SETUP_FAILED;
+    m->n = (uint32_t)ompi_comm_size(comm);
+    m->me = (uint32_t)ompi_comm_rank(comm);
+    m->super.coll_module_enable = civ_module_enable;
+    m->super.coll_barrier = civ_barrier;
+    m->super.coll_bcast = civ_bcast;
+    m->super.coll_reduce = civ_reduce;
+    m->super.coll_allreduce = civ_allreduce;
+    m->super.coll_allgather = civ_allgather;
+    m->super.coll_alltoall = civ_alltoall;
+    return &m->super;
+}
+
 static mca_coll_base_module_t *civ_comm_query(ompi_communicator_t *comm,
                                               int *priority)
 {
     mca_coll_ivshmem_component_t *cc = &mca_coll_ivshmem_component;
     int n = ompi_comm_size(comm);
-    if (OMPI_COMM_IS_INTER(comm) || n < 2 || cc->priority <= 0 ||
-        !cc->enabled)
+    if (OMPI_COMM_IS_INTER(comm) || n < 2)
         return NULL;
+    switch (civ_agree(comm, priority)) {
+    case CIV_AGREE_OFF:
+        return NULL;
+    case CIV_AGREE_DIFFER:
+        return aside_module(comm);
+    case CIV_AGREE_SAME:
+        break;
+    }
     ivshm_identity_t *ids = calloc((size_t)n, sizeof(*ids));
     int *group_of = calloc((size_t)n, sizeof(int));
     bool *has = calloc((size_t)n, sizeof(bool));

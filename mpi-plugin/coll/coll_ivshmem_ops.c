@@ -29,6 +29,7 @@
  * others go to the modules below, as does anything above max_bytes.
  */
 #include "coll_ivshmem.h"
+#include "coll_ivshmem_read.h"
 
 #include "ompi/constants.h"
 #include "ompi/datatype/ompi_datatype.h"
@@ -336,20 +337,31 @@ static int direct_begin(mca_coll_ivshmem_module_t *m, int kind,
     return d->all ? civ_buf_stage(out, false) : OMPI_SUCCESS;
 }
 
-/* copies len bytes at `at` of rank j's published source of `span` bytes */
+/* copies len bytes at `at` of rank j's published source of `span` bytes,
+ * checked against j's lease before and after the copy (coll_ivshmem_read.h) */
 static int direct_read(mca_coll_ivshmem_module_t *m, const civ_direct_t *d,
                        uint32_t j, size_t span, size_t at, void *dst,
                        size_t len)
 {
-    void *peer;
-    if (m->btl->coll_map(&m->ids[j], d->offs[j], span, &peer) != IVSHM_OK) {
-        opal_output(0, "coll ivshmem: rank %u published a buffer [%llu, "
-                       "+%zu) that is not its region memory",
-                    j, (unsigned long long)d->offs[j], span);
+    switch (civ_read_peer(m->btl->coll_map, memcpy, &m->ids[j], d->offs[j],
+                          span, at, dst, len)) {
+    case CIV_READ_OK:
+        return OMPI_SUCCESS;
+    case CIV_READ_REFUSED:
+        opal_output(0, "coll ivshmem: %s: rank %u published a buffer [%llu, "
+                       "+%zu) that is not its region memory: the %s fails",
+                    m->comm->c_name, j, (unsigned long long)d->offs[j], span,
+                    d->kind == CIV_ALLTOALL ? "alltoall" : "allgather");
         return OMPI_ERR_BAD_PARAM;
+    case CIV_READ_LOST:
+    default:
+        opal_output(0, "coll ivshmem: %s: rank %u's lease on the region ended "
+                       "while rank %u copied its buffer: the bytes may be "
+                       "another process' memory, the %s fails",
+                    m->comm->c_name, j, m->me,
+                    d->kind == CIV_ALLTOALL ? "alltoall" : "allgather");
+        return OMPI_ERR_UNREACH;
     }
-    memcpy(dst, (const char *)peer + at, len);
-    return OMPI_SUCCESS;
 }
 
 /* Done reading (rc: how the reads went); with direct reads, waits until

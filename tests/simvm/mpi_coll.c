@@ -10,11 +10,20 @@
  *   mpi_coll [quick]          quick: fewer sizes (2-core CI machines)
  *   mpi_coll loop SECONDS     allreduce in a loop (the fault test kills a
  *                             rank meanwhile)
+ *   mpi_coll bcasts           a 64 KiB broadcast from rank 0, a 64-byte one,
+ *                             ten more of 64 KiB; each rank prints its
+ *                             verdict at once (no collective vouches for
+ *                             another)
+ *   mpi_coll bcasts pause FILE  the same from rank 1, after one broadcast
+ *                             that sets the area up: rank 0 then stops
+ *                             itself (SIGSTOP, for the test to resume) and
+ *                             the others start once FILE exists
  *
  * The tally goes through point-to-point messages only, so that a broken
  * collective cannot vouch for itself. Prints "N ranks: P passed, F failed".
  */
 #include <complex.h>
+#include <signal.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -609,6 +618,52 @@ static void suite(MPI_Comm comm, const char *cname)
     movement(comm, cname);
 }
 
+/* Broadcasts of different sizes in a row: a rank that took another path
+ * for one of them (a setting that differs between ranks) ends up with
+ * another broadcast's data or waits for ever; the verdict is printed
+ * before anything else can hang. */
+static int bcasts(const char *pause_until)
+{
+    enum { BIG = 65536, SMALL = 64, MORE = 10 };
+    unsigned char *big = malloc(BIG), small[SMALL];
+    int bad = 0, root = pause_until ? 1 : 0;
+    if (!big)
+        return 2;
+    if (pause_until) {
+        int warm = wrank;
+        MPI_Bcast(&warm, 1, MPI_INT, 0, MPI_COMM_WORLD); /* the area */
+        bad += warm != 0;
+        if (wrank == 0) {
+            printf("mpi_coll: rank 0 pauses (pid %d)\n", (int)getpid());
+            fflush(stdout);
+            raise(SIGSTOP);
+        }
+        for (int i = 0; i < 1200 && access(pause_until, F_OK) != 0; i++)
+            usleep(100 * 1000);
+    }
+    for (int round = 0; round <= MORE + 1; round++) {
+        unsigned char *b = round == 1 ? small : big;
+        size_t n = round == 1 ? SMALL : BIG;
+        for (size_t i = 0; i < n; i++)
+            b[i] = wrank == root ? (unsigned char)(round * 37 + i * 11 + 1) : 0;
+        MPI_Bcast(b, (int)n, MPI_BYTE, root, MPI_COMM_WORLD);
+        for (size_t i = 0; i < n; i++)
+            bad += b[i] != (unsigned char)(round * 37 + i * 11 + 1);
+        if (round == 1) {
+            printf("mpi_coll: rank %d: first two broadcasts %s\n", wrank,
+                   bad ? "WRONG" : "right");
+            fflush(stdout);
+        }
+    }
+    printf("mpi_coll: rank %d: all broadcasts %s\n", wrank,
+           bad ? "WRONG" : "right");
+    fflush(stdout);
+    free(big);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Finalize();
+    return bad != 0;
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -636,6 +691,9 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 0;
     }
+    if (argc > 1 && strcmp(argv[1], "bcasts") == 0)
+        return bcasts(argc > 3 && strcmp(argv[2], "pause") == 0 ? argv[3]
+                                                                 : NULL);
     first_use();
     free_while_behind();
     suite(MPI_COMM_WORLD, "world");
