@@ -93,6 +93,10 @@ typedef struct mca_btl_ivshmem_component_t {
     bool (*mem_useful)(void);        /* would region buffers serve a peer */
     void *(*mem_alloc)(size_t size); /* NULL: cannot (caller mallocs) */
     void (*mem_free)(void *ptr);
+    /* a rank of this job the verbs route serves or will serve (-1: none):
+     * the HCA cannot register region memory, so such a job keeps
+     * MPI_Alloc_mem private (docs/verbs.md, MPI_Alloc_mem) */
+    int (*verbs_peer)(void);
     /* Region memory for coll ivshmem's shared areas (same abi check):
      * memory of this process' lease (NULL: none), its region offset in
      * *off; our address of a range another process allocated, once the
@@ -123,7 +127,7 @@ typedef struct mca_btl_ivshmem_component_t {
 } mca_btl_ivshmem_component_t;
 
 /* Bumped whenever the component struct or mem_* / coll_* change meaning. */
-#define MCA_BTL_IVSHMEM_ABI 0x49560005u
+#define MCA_BTL_IVSHMEM_ABI 0x49560006u
 
 OPAL_MODULE_DECLSPEC extern mca_btl_ivshmem_component_t
     mca_btl_ivshmem_component;

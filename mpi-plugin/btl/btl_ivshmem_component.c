@@ -55,6 +55,7 @@ mca_btl_ivshmem_component_t mca_btl_ivshmem_component = {
     .mem_useful = region_mem_useful,
     .mem_alloc = region_mem_alloc,
     .mem_free = region_mem_free,
+    .verbs_peer = ivshmem_verbs_peer,
     .coll_alloc = coll_alloc,
     .coll_free = region_mem_free,
     .coll_map = coll_map,

@@ -2,8 +2,9 @@
  * BTL ivshmem: the registration handle that names a buffer in the region
  * (ob1 passes it to peers for put and get), and the checks of a handle
  * that came from a peer. Open MPI free, so that the multi-process tests
- * run these very checks against a real region without MPI
- * (tests/mp/test_chan_faults.c, test_owner_dies_during_get).
+ * run these very checks, and the copy of a put or get, against a real
+ * region without MPI (tests/mp/test_chan_faults.c: the owner dies during
+ * a get, during a put).
  */
 #ifndef BTL_IVSHMEM_HANDLE_H
 #define BTL_IVSHMEM_HANDLE_H
@@ -53,12 +54,49 @@ ivshmem_handle_range(ivshm_ep_t *ep, uint64_t rsize, uint32_t owner,
     return off;
 }
 
-/* After a get: whether the owner's lease held through the copy. If not,
- * its chunks may have been reclaimed and reused during the copy, and the
- * bytes read may be someone else's: the get must fail. */
-static inline bool ivshmem_get_held(ivshm_ep_t *ep, uint32_t owner)
+/* Whether peer `owner` still holds [off, off + len) under its live lease:
+ * asked before each piece of a put or get and after the last one. */
+static inline bool ivshmem_range_held(ivshm_ep_t *ep, uint32_t owner,
+                                      uint64_t off, uint64_t len)
 {
-    return ivshm_ep_peer_alive(ep, owner) == IVSHM_OK;
+    return ivshm_ep_peer_holds(ep, owner, off, len) == IVSHM_OK;
+}
+
+/* A put or get moves a peer's buffer in pieces of this many bytes at
+ * most, the owner checked before each: a target that dies during a large
+ * put is noticed within one piece (about 0.1 ms of copying), far within
+ * the lease timeout for which the chunks of an owner proven dead are not
+ * handed out again (DESIGN.md section 3, invariant 9). */
+#define IVSHMEM_RDMA_PIECE (1u << 20)
+
+/* The check a copy asks for before each piece, and for the whole range
+ * after the last one: `ivshmem_range_held` under the caller's lock. */
+typedef bool (*ivshmem_held_fn)(void *arg, uint64_t off, uint64_t len);
+
+/* Copies size bytes between local memory and the peer's region buffer at
+ * region offset off (mapped at remote): into it for a put, out of it for
+ * a get, in pieces of at most `piece` bytes. Returns true when every
+ * piece was copied while the owner held its range, and it still held the
+ * whole range after the copy. On false nothing more is written into the
+ * range after the failed check (a put), and the bytes read must be
+ * discarded (a get): the owner died and its chunks may be another
+ * process's now. */
+static inline bool ivshmem_copy_held(bool put, void *local, void *remote,
+                                     uint64_t off, uint64_t size,
+                                     uint64_t piece, ivshmem_held_fn held,
+                                     void *arg)
+{
+    for (uint64_t done = 0; done < size;) {
+        uint64_t n = size - done < piece ? size - done : piece;
+        if (!held(arg, off + done, n))
+            return false;
+        if (put)
+            memcpy((char *)remote + done, (const char *)local + done, n);
+        else
+            memcpy((char *)local + done, (const char *)remote + done, n);
+        done += n;
+    }
+    return held(arg, off, size);
 }
 
 #endif

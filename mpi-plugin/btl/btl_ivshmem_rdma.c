@@ -2,10 +2,13 @@
  * BTL ivshmem, single copy: buffers that live in the region (MPI_Alloc_mem
  * through the ivshmem mpool, or the region heap) are registered by region
  * offset, and peers read or write them with one copy (put/get, which ob1
- * uses for its RGET protocol). Every handle from a peer is checked against
- * the region and the owner's lease before the copy, and a get's owner
- * again after it. Under MPI_THREAD_MULTIPLE a get started inside a
- * progress pass completes after the pass lets the lock go.
+ * uses for its RGET and put protocols). Every handle from a peer is
+ * checked against the region and the owner's lease before the copy; the
+ * copy goes in pieces with the owner's hold on its range checked before
+ * each piece and after the last (btl_ivshmem_handle.h), for a put as for a
+ * get, and a failed check fails the transfer. Under MPI_THREAD_MULTIPLE a
+ * get started inside a progress pass completes after the pass lets the
+ * lock go.
  */
 #include "btl_ivshmem.h"
 
@@ -98,42 +101,56 @@ static int refuse_rdma(struct mca_btl_base_endpoint_t *endpoint, const char *op,
 }
 
 /* One copy between local memory and a peer's registered region buffer,
- * checked (remote_ptr) before: the copy, the counters, whether a get's
- * owner lived through it, and ob1's callback. */
+ * checked (remote_ptr) before: the copy in checked pieces, the counters,
+ * and ob1's callback. */
 typedef struct rdma_op {
     struct mca_btl_base_module_t *btl;
     struct mca_btl_base_endpoint_t *endpoint;
     bool put;
     void *local, *remote;
+    uint64_t remote_off; /* region offset of remote */
     size_t size;
     struct mca_btl_base_registration_handle_t *local_handle;
     mca_btl_base_rdma_completion_fn_t cbfunc;
     void *cbcontext, *cbdata;
 } rdma_op_t;
 
+/* ivshmem_held_fn for the copy: the endpoint's records need the lock */
+static bool rdma_owner_holds(void *arg, uint64_t off, uint64_t len)
+{
+    struct mca_btl_base_endpoint_t *endpoint = arg;
+    IVSHMEM_LOCK();
+    bool held = ivshmem_range_held(IVSHMEM_COMPONENT->ep, endpoint->peer,
+                                   off, len);
+    IVSHMEM_UNLOCK();
+    return held;
+}
+
 static void rdma_finish(const rdma_op_t *op)
 {
     struct mca_btl_base_endpoint_t *endpoint = op->endpoint;
-    if (op->put)
-        memcpy(op->remote, op->local, op->size);
-    else
-        memcpy(op->local, op->remote, op->size);
+    bool held = ivshmem_copy_held(op->put, op->local, op->remote,
+                                  op->remote_off, op->size,
+                                  IVSHMEM_RDMA_PIECE, rdma_owner_holds,
+                                  endpoint);
     int rc = OPAL_SUCCESS;
     IVSHMEM_LOCK();
-    if (op->put) {
+    if (!held) {
+        /* the owner died (or gave the buffer up) during the copy: its
+         * chunks may be someone else's now. A get's bytes may be theirs,
+         * a put stopped before the piece that would have written theirs;
+         * either way the message is not delivered */
+        opal_output(0, "btl ivshmem: rank %u died or released its buffer "
+                       "during a %s of %zu bytes; the message is failed, "
+                       "not delivered",
+                    endpoint->vpid, op->put ? "put" : "get", op->size);
+        rc = OPAL_ERR_UNREACH;
+    } else if (op->put) {
         endpoint->puts++;
         endpoint->put_bytes += op->size;
     } else {
         endpoint->gets++;
         endpoint->get_bytes += op->size;
-        /* the owner died during the copy: its chunks may have been
-         * reclaimed and reused, the bytes may be someone else's */
-        if (!ivshmem_get_held(IVSHMEM_COMPONENT->ep, endpoint->peer)) {
-            opal_output(0, "btl ivshmem: rank %u died while its buffer was "
-                           "read; the message is failed, not delivered",
-                        endpoint->vpid);
-            rc = OPAL_ERR_UNREACH;
-        }
     }
     IVSHMEM_UNLOCK();
     op->cbfunc(op->btl, endpoint, op->local, op->local_handle, op->cbcontext,
@@ -196,8 +213,12 @@ static int rdma_copy(struct mca_btl_base_module_t *btl,
         return refused;
     }
     IVSHMEM_UNLOCK();
-    rdma_op_t op = {btl,  endpoint,     put,    local_address, remote,
-                    size, local_handle, cbfunc, cbcontext,     cbdata};
+    uint64_t remote_off =
+        (uint64_t)((char *)remote -
+                   (char *)ivshm_region_base(IVSHMEM_COMPONENT->r));
+    rdma_op_t op = {btl,          endpoint, put,       local_address,
+                    remote,       remote_off, size,    local_handle,
+                    cbfunc,       cbcontext,  cbdata};
     /* threads first: the single-threaded path reads no thread-local */
     if (!put && IVSHMEM_COMPONENT->threads && rdma_deferred.passes &&
         rdma_deferred.n < RDMA_DEFER_MAX)

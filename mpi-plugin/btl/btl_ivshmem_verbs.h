@@ -40,6 +40,7 @@ static inline int ivshmem_verbs_setup(uint32_t nprocs, ivshmem_verbs_addr_t *a)
 }
 static inline void ivshmem_verbs_teardown(void) {}
 static inline int ivshmem_verbs_progress(void) { return 0; }
+static inline int ivshmem_verbs_peer(void) { return -1; }
 #define IVSHMEM_VERBS_MODULE NULL
 #else
 #define IVSHMEM_VERBS_MODULE (&mca_btl_ivshmem_verbs_module)
@@ -203,6 +204,10 @@ void ivshmem_verbs_fatal(struct mca_btl_base_endpoint_t *ep, const char *what);
  * yet (Open MPI adds peers on first use). NULL, with *why, when the rank
  * is not one for this route. */
 ivshmem_verbs_conn_t *ivshmem_verbs_conn_for(uint32_t vpid, const char **why);
+/* A rank of this job that the route serves, or will serve once Open MPI
+ * adds it (it adds peers on first contact), or -1: decided once, from the
+ * modex entries of every rank. */
+int ivshmem_verbs_peer(void);
 /* hd: the header, checked; data: the payload in our receive buffer */
 void ivshmem_verbs_deliver(ivshmem_verbs_conn_t *vc, const ivshmem_verbs_hdr_t *hd,
                            void *data);

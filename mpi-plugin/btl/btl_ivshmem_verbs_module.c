@@ -20,6 +20,54 @@
 #include <unistd.h>
 
 
+/* Why the route does not serve the rank that published mx (NULL: it
+ * does), with the region's view of that rank in *loc. */
+static const char *verbs_why_not(const mca_btl_ivshmem_modex_t *mx,
+                                 ivshm_locality_t *loc)
+{
+    const ivshmem_verbs_addr_t *a = &mx->verbs;
+    size_t need = sizeof(ivshmem_verbs_hdr_t) +
+                  mca_btl_ivshmem_verbs_module.btl_max_send_size;
+    if (mca_btl_ivshmem_region_takes(mx, loc))
+        return "reached through the region";
+    if (!(mx->flags & IVSHMEM_MODEX_VERBS))
+        return "no verbs route there";
+    if (a->ipv4 == 0 || a->port == 0 || a->rq_depth < 4 || a->rq_depth > 4096)
+        return "its verbs address is not valid";
+    if (a->buf_size < need)
+        return "its receive buffers are smaller than our fragments "
+               "(btl_ivshmem_verbs_max_send_size differs)";
+    return NULL;
+}
+
+int ivshmem_verbs_peer(void)
+{
+    static int peer = -2; /* -2: not decided yet */
+    if (peer != -2)
+        return peer;
+    peer = -1;
+    for (uint32_t vpid = 0; IVSHMEM_VERBS->conns &&
+                            vpid < IVSHMEM_VERBS->nconns && peer < 0;
+         vpid++) {
+        if (IVSHMEM_VERBS->conns[vpid]) {
+            peer = (int)vpid;
+            break;
+        }
+        if (vpid == OPAL_PROC_MY_NAME.vpid)
+            continue;
+        opal_process_name_t name = OPAL_PROC_MY_NAME;
+        name.vpid = vpid;
+        mca_btl_ivshmem_modex_t *mx = mca_btl_ivshmem_modex_get(&name);
+        ivshm_locality_t loc = IVSHM_PEER_REMOTE;
+        /* a rank in our own VM is vader's, whatever it publishes */
+        if (mx && !verbs_why_not(mx, &loc) && loc != IVSHM_PEER_SAME_VM &&
+            loc != IVSHM_PEER_SELF)
+            peer = (int)vpid;
+        free(mx);
+    }
+    return peer;
+}
+
 ivshmem_verbs_conn_t *ivshmem_verbs_conn_for(uint32_t vpid, const char **why)
 {
     if (vpid >= IVSHMEM_VERBS->nconns) {
@@ -36,19 +84,7 @@ ivshmem_verbs_conn_t *ivshmem_verbs_conn_for(uint32_t vpid, const char **why)
         return NULL;
     }
     const ivshmem_verbs_addr_t *a = &mx->verbs;
-    size_t need = sizeof(ivshmem_verbs_hdr_t) +
-                  mca_btl_ivshmem_verbs_module.btl_max_send_size;
-    *why = NULL;
-    if (mca_btl_ivshmem_region_takes(mx, NULL))
-        *why = "reached through the region";
-    else if (!(mx->flags & IVSHMEM_MODEX_VERBS))
-        *why = "no verbs route there";
-    else if (a->ipv4 == 0 || a->port == 0 || a->rq_depth < 4 ||
-             a->rq_depth > 4096)
-        *why = "its verbs address is not valid";
-    else if (a->buf_size < need)
-        *why = "its receive buffers are smaller than our fragments "
-               "(btl_ivshmem_verbs_max_send_size differs)";
+    *why = verbs_why_not(mx, NULL);
     struct mca_btl_base_endpoint_t *ep = NULL;
     ivshmem_verbs_conn_t *vc = NULL;
     if (!*why) {

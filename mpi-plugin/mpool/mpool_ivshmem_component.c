@@ -13,12 +13,20 @@
  * one at priority mpool_ivshmem_priority (default 60, 0 turns it off);
  * the info key mpool_hints=ivshmem asks for it explicitly (priority 100);
  * hints that name something else are left to other pools.
+ *
+ * Jobs with a peer on another host (the verbs route serves it): without
+ * hints the pool steps aside and MPI_Alloc_mem gives private memory, which
+ * the HCA can register, so ob1 moves a large message to that peer with one
+ * RDMA read; the region's BAR2 mapping cannot be registered and would cost
+ * a copy through sends (docs/verbs.md, MPI_Alloc_mem). mpool_ivshmem_verbs
+ * 1, or the hint, keeps such buffers in the region all the same.
  */
 #include "btl_ivshmem.h"
 
 #include "opal/mca/base/mca_base_framework.h"
 #include "opal/mca/mpool/base/base.h"
 #include "opal/mca/mpool/mpool.h"
+#include "opal/util/output.h"
 
 #include <string.h>
 
@@ -29,6 +37,7 @@ static int mpool_ivshmem_query(const char *hints, int *priority,
 typedef struct mca_mpool_ivshmem_component_t {
     mca_mpool_base_component_t super;
     int priority;
+    bool with_verbs; /* region buffers also in jobs with verbs peers */
 } mca_mpool_ivshmem_component_t;
 
 OPAL_MODULE_DECLSPEC extern mca_mpool_ivshmem_component_t
@@ -97,6 +106,15 @@ static int mpool_ivshmem_register(void)
         "The info key mpool_hints=ivshmem asks for the pool explicitly",
         MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_5,
         MCA_BASE_VAR_SCOPE_READONLY, &mca_mpool_ivshmem_component.priority);
+    mca_mpool_ivshmem_component.with_verbs = false;
+    (void)mca_base_component_var_register(
+        &mca_mpool_ivshmem_component.super.mpool_version, "verbs",
+        "Place MPI_Alloc_mem buffers without hints in the region also in jobs "
+        "where the BTL ivshmem reaches a rank on another host through verbs "
+        "(0: such jobs get private memory, which the HCA can register for "
+        "one RDMA transfer; region memory cannot be registered)",
+        MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5,
+        MCA_BASE_VAR_SCOPE_READONLY, &mca_mpool_ivshmem_component.with_verbs);
     return OPAL_SUCCESS;
 }
 
@@ -115,6 +133,25 @@ static bool hints_name_us(const char *hints)
     return false;
 }
 
+/* Without hints: whether the job has a peer that the verbs route serves,
+ * for which a region buffer would travel through sends (said once). */
+static bool verbs_wants_private(mca_btl_ivshmem_component_t *c)
+{
+    int peer = c->verbs_peer ? c->verbs_peer() : -1;
+    if (peer < 0 || mca_mpool_ivshmem_component.with_verbs)
+        return false;
+    static bool said;
+    if (!said)
+        opal_output_verbose(1, c->output,
+                            "mpool ivshmem: MPI_Alloc_mem gives private "
+                            "memory: rank %d is on another host (verbs), "
+                            "whose HCA cannot register region memory "
+                            "(mpool_ivshmem_verbs 1 places it in the region)",
+                            peer);
+    said = true;
+    return true;
+}
+
 static int mpool_ivshmem_query(const char *hints, int *priority,
                                mca_mpool_base_module_t **module)
 {
@@ -126,7 +163,8 @@ static int mpool_ivshmem_query(const char *hints, int *priority,
             return OPAL_ERR_NOT_AVAILABLE;
         *priority = 100;
     } else {
-        if (mca_mpool_ivshmem_component.priority <= 0)
+        if (mca_mpool_ivshmem_component.priority <= 0 ||
+            verbs_wants_private(c))
             return OPAL_ERR_NOT_AVAILABLE;
         *priority = mca_mpool_ivshmem_component.priority;
     }

@@ -805,7 +805,7 @@ static void test_owner_dies_during_get(void **state)
     uint64_t rsize = ivshm_region_size(b.r);
     assert_true(ivshmem_handle_range(ep, rsize, pa, &h, x + 100, 200) ==
                 off + 100);
-    assert_true(ivshmem_get_held(ep, pa));
+    assert_true(ivshmem_range_held(ep, pa, off, len));
     /* past the buffer, a forged offset, a broken mark: refused */
     assert_true(ivshmem_handle_range(ep, rsize, pa, &h, x + len - 8, 16) ==
                 UINT64_MAX);
@@ -845,11 +845,144 @@ static void test_owner_dies_during_get(void **state)
     /* and a new copy's check before it refuses the handle */
     assert_int_equal(ivshm_ep_peer_holds(ep, pa, off, len), IVSHM_ERR_PEER_DEAD);
     /* the BTL fails a get that was under way, and refuses a new one */
-    assert_false(ivshmem_get_held(ep, pa));
+    assert_false(ivshmem_range_held(ep, pa, off, len));
     assert_true(ivshmem_handle_range(ep, rsize, pa, &h, x, len) == UINT64_MAX);
     ivshm_ep_destroy(ep);
     view_close(&c);
     view_close(&b);
+}
+
+/* A bystander's view v takes every free chunk of the region and fills it
+ * with 0x55; their offsets (malloc'd) in *offs, their size in
+ * *chunk_size. Returns how many it took. */
+static uint32_t take_free_chunks(struct view *v, uint64_t **offs,
+                                 uint32_t *chunk_size)
+{
+    ivshm_region_info_t ri;
+    ivshm_region_info(v->r, &ri);
+    *chunk_size = ri.chunk_size;
+    *offs = calloc(ri.chunk_count, sizeof(**offs));
+    assert_non_null(*offs);
+    uint32_t n = 0;
+    uint64_t off;
+    while (n < ri.chunk_count &&
+           ivshm_alloc(v->r, ri.chunk_size, &off) == IVSHM_OK) {
+        memset((char *)ivshm_region_base(v->r) + off, 0x55, ri.chunk_size);
+        (*offs)[n++] = off;
+    }
+    return n;
+}
+
+/* ---- one-sided writes into a peer's buffer (ob1's put) ---- */
+
+/* The put's copy (ivshmem_copy_held, the BTL's own loop) asks this before
+ * each piece and after the last: the BTL's check, except that at check
+ * number kill_at the target A is killed first and a bystander C takes
+ * every free chunk, A's among them once their cooling period is over
+ * (docs/lifetimes.md), and fills it with 0x55. */
+struct put_target {
+    ivshm_ep_t *ep;
+    uint32_t owner;
+    pid_t pid;
+    unsigned checks, kill_at;
+    struct view bystander;
+    uint64_t *offs; /* the chunks C took */
+    uint32_t noffs, chunk_size;
+};
+
+static bool put_check(void *arg, uint64_t off, uint64_t len)
+{
+    struct put_target *t = arg;
+    if (t->checks++ == t->kill_at) {
+        kill(t->pid, SIGKILL);
+        waitpid(t->pid, NULL, 0);
+        collect_cooled(t->bystander.r);
+        t->noffs = take_free_chunks(&t->bystander, &t->offs, &t->chunk_size);
+    }
+    return ivshmem_range_held(t->ep, t->owner, off, len);
+}
+
+/* B puts 4 chunks of 0x11 into A's buffer, one chunk a piece, with A
+ * killed at check number kill_at (5 checks: one before each piece, one
+ * after the last; from 5 on: never). Returns what the copy reported, with
+ * the number of bytes of C's chunks that are not C's own in *changed and
+ * of A's buffer that are not the put's (A alive) in *missing. */
+static bool put_run(unsigned kill_at, bool *killed, uint64_t *changed,
+                    uint64_t *missing)
+{
+    struct put_target t;
+    memset(&t, 0, sizeof(t));
+    t.kill_at = kill_at;
+    uint64_t off;
+    t.pid = fork_idle_peer("rput", 4, &off, NULL);
+    struct view b;
+    view_open(&b, "rput");
+    view_open(&t.bystander, "rput-other");
+    struct sink s;
+    t.ep = make_ep(&b, 0, NULL, &s);
+    assert_int_equal(tr_connect(b.d, t.ep, 1, &t.owner), 0);
+    ivshm_region_info_t ri;
+    ivshm_region_info(b.r, &ri);
+    t.chunk_size = ri.chunk_size;
+    uint64_t len = 4 * ri.chunk_size;
+    unsigned char *src = malloc(len);
+    assert_non_null(src);
+    memset(src, 0x11, len);
+    unsigned char *base = ivshm_region_base(b.r);
+    bool ok = ivshmem_copy_held(true, src, base + off, off, len,
+                                ri.chunk_size, put_check, &t);
+    *changed = 0;
+    for (uint32_t i = 0; i < t.noffs; i++)
+        for (uint32_t k = 0; k < t.chunk_size; k++)
+            *changed += base[t.offs[i] + k] != 0x55;
+    *killed = t.checks > kill_at;
+    *missing = 0;
+    for (uint64_t i = 0; !*killed && i < len; i++)
+        *missing += base[off + i] != 0x11;
+    if (!*killed) {
+        kill(t.pid, SIGKILL);
+        waitpid(t.pid, NULL, 0);
+    }
+    free(t.offs);
+    free(src);
+    ivshm_ep_destroy(t.ep);
+    view_close(&t.bystander);
+    view_close(&b);
+    return ok;
+}
+
+/* A put into a live target writes every byte and reports success; one
+ * whose target dies before a piece (its chunks then reused) writes no
+ * byte of the new owner's and reports failure; one whose target dies
+ * after the last piece reports failure too (ob1 must not complete the
+ * send into memory that is no longer the receiver's). */
+static void test_owner_dies_during_put(void **state)
+{
+    (void)state;
+    uint64_t changed, missing;
+    bool killed;
+    assert_true(put_run(5, &killed, &changed, &missing));
+    assert_false(killed);
+    assert_int_equal(missing, 0);
+    unsigned succeeded = 0, unchecked = 0;
+    uint64_t overwritten = 0;
+    for (unsigned kill_at = 0; kill_at < 5; kill_at++) {
+        bool ok = put_run(kill_at, &killed, &changed, &missing);
+        if (!killed)
+            print_message("check %u never came: the put checked its "
+                          "target fewer than 5 times\n", kill_at);
+        else
+            print_message("killed at check %u: put %s, %llu bytes of the "
+                          "bystander's chunks overwritten\n",
+                          kill_at, ok ? "succeeded" : "failed",
+                          (unsigned long long)changed);
+        succeeded += ok;
+        unchecked += !killed;
+        overwritten += changed;
+    }
+    assert_int_equal(unchecked, 0);
+    assert_int_equal(succeeded, 0);
+    assert_int_equal(overwritten, 0);
 }
 
 /* ---- lent data whose lender dies while the receiver is at it ---- */
@@ -878,17 +1011,7 @@ static void lender_gone(struct lend_rx *l, ivshm_region_t *r)
     waitpid(l->lender, NULL, 0);
     collect_cooled(r);
     view_open(&l->other, "lend-other");
-    ivshm_region_info_t ri;
-    ivshm_region_info(l->other.r, &ri);
-    l->chunk_size = ri.chunk_size;
-    l->offs = calloc(ri.chunk_count, sizeof(*l->offs));
-    uint64_t off;
-    while (l->noffs < ri.chunk_count &&
-           ivshm_alloc(l->other.r, ri.chunk_size, &off) == IVSHM_OK) {
-        memset((char *)ivshm_region_base(l->other.r) + off, 0x55,
-               ri.chunk_size);
-        l->offs[l->noffs++] = off;
-    }
+    l->noffs = take_free_chunks(&l->other, &l->offs, &l->chunk_size);
     l->reused = true;
 }
 
@@ -985,6 +1108,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lender_dies_before_read,
                                         setup_short, teardown),
         cmocka_unit_test_setup_teardown(test_owner_dies_during_get,
+                                        setup_short, teardown),
+        cmocka_unit_test_setup_teardown(test_owner_dies_during_put,
                                         setup_short, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

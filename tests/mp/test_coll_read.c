@@ -5,7 +5,7 @@
  * region and a real owner process:
  *   - a live owner's buffer is read, a range past it is refused;
  *   - the owner is killed in the middle of the copy and a bystander takes
- *     all its chunks and fills them: the read is reported lost (the
+ *     all its chunks (after their cooling period) and fills them: the read is reported lost (the
  *     collective fails), never delivered, although half of the bytes
  *     copied are the bystander's;
  *   - a read that starts after that is refused before it copies.
@@ -30,7 +30,7 @@ static int setup(void **state)
 {
     (void)state;
     tu_region_path(path, sizeof(path), "collread");
-    if (tu_format(path, 32 << 20, 16, 5000) != IVSHM_OK)
+    if (tu_format(path, 32 << 20, 16, 300) != IVSHM_OK)
         return -1;
     if (ivshm_region_open(tu_uri(path), 0, &reader) != IVSHM_OK ||
         ivshm_attach(reader) != IVSHM_OK)
@@ -106,6 +106,9 @@ static void hand_over(void)
     assert_int_equal(ivshm_region_open(tu_uri(path), 0, &bystander), IVSHM_OK);
     assert_int_equal(ivshm_attach(bystander), IVSHM_OK);
     ivshm_region_info(bystander, &ri);
+    /* a dead owner's chunks cool for one lease timeout before anybody may
+     * take them (docs/lifetimes.md); the allocator frees them after it */
+    usleep((ri.lease_timeout_ms + 100) * 1000u);
     uint64_t off;
     while (ivshm_alloc(bystander, ri.chunk_size, &off) == IVSHM_OK) {
         memset((char *)ivshm_region_base(bystander) + off, 0x55, ri.chunk_size);

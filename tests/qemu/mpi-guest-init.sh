@@ -126,6 +126,43 @@ OUT=/tmp/mixed.out NAME=mixed-routes CROSS=verbs routes_are
 grep -q "^IVT-PASS mpi-large-4MiB" /tmp/mixed.out && pass mixed-large || fail mixed-large "no checked 4 MiB exchange"
 echo "   ($(($(date +%s) - t0)) s)"
 
+echo "== MPI_Alloc_mem buffers to the other host: one RDMA read each (docs/verbs.md)"
+t0=$(date +%s)
+# verbs_counts OUT: "sends gets puts" of rank 0 -> rank 3 (route verbs)
+verbs_counts() {
+    sed -n "s/^.*btl ivshmem stats: host [^ ]* rank 0 -> rank 3: route verbs: \([0-9]*\) sends.*, \([0-9]*\) gets [0-9]* bytes, \([0-9]*\) puts.*/\1 \2 \3/p" "$1" | head -n1
+}
+# allocmem NAME OUT MPIRUN-ARGS...: the 1 MiB ping-pong (6 round trips)
+# between MPI_Alloc_mem buffers of rank 0 and rank 3; sets sends, rdma
+allocmem() {
+    name=$1 out=$2; shift 2
+    job "$out" timeout 600 $MPIRUN $ALL --mca btl_ivshmem_stats 1 "$@" /opt/ivt/mpi_routes allocmem
+    set -- $(verbs_counts "$out")
+    sends=${1:-0} rdma=$((${2:-0} + ${3:-0}))
+    lat=$(sed -n 's/^IVT-INFO allocmem-latency \([0-9]*\) us/\1/p' "$out")
+    echo "   $name: rank 0 -> rank 3 (verbs): $sends sends, $rdma RDMA transfers; 1 MiB latency ${lat:-?} us (TCG)"
+    ok=0
+    [ $rc = 0 ] && grep -q '^IVT-PASS mpi-allocmem' "$out" && ok=1
+}
+# the default: a job with a peer on another host keeps MPI_Alloc_mem
+# private, which the HCA registers: each 1 MiB message rank 0 receives is
+# one RDMA read (or write), with a handful of sends around them
+allocmem allocmem-private /tmp/allocmem.out
+if [ $ok = 1 ] && [ "$rdma" = 6 ] && [ "$sends" -le 24 ]; then
+    pass allocmem-rdma
+else
+    fail allocmem-rdma "exit $rc, $rdma RDMA transfers (want 6), $sends sends (want <= 24)"
+fi
+# mpool_ivshmem_verbs 1 keeps them in the region (BAR2, which the HCA
+# cannot register): the same messages go through sends
+allocmem allocmem-region /tmp/allocmem-region.out --mca mpool_ivshmem_verbs 1
+if [ $ok = 1 ] && [ "$rdma" = 0 ] && [ "$sends" -gt 24 ]; then
+    pass allocmem-region-by-sends
+else
+    fail allocmem-region-by-sends "exit $rc, $rdma RDMA transfers (want 0), $sends sends (want > 24)"
+fi
+echo "   ($(($(date +%s) - t0)) s)"
+
 echo "== fault: a rank killed mid-transfer over verbs; a job beside it goes on"
 t0=$(date +%s)
 timeout 900 $MPIRUN --host vm2,vm4 -np 2 --map-by node /opt/ivt/mpi_routes stream 300 >/tmp/beside.out 2>&1 &

@@ -20,6 +20,13 @@
  *   mpi_routes victim   rank 0 streams 1 MiB messages to rank 1, which
  *                       kills itself (SIGKILL) after the third one: the
  *                       job must end with an error, not hang
+ *   mpi_routes allocmem rank 0 and the last rank (other hosts) ping-pong
+ *                       1 MiB between MPI_Alloc_mem buffers, ALLOCMEM_ITERS
+ *                       round trips, every byte checked; rank 0 prints
+ *                       "IVT-INFO allocmem-latency N us" (half the mean
+ *                       round trip after the first) and the part's line.
+ *                       The guest test counts how the messages went
+ *                       (one RDMA read each, or sends)
  */
 #include <mpi.h>
 #include <signal.h>
@@ -247,6 +254,48 @@ static int stream(int n, bool victim)
     return report(victim ? "victim" : "stream", bad);
 }
 
+/* 1 MiB round trips between MPI_Alloc_mem buffers of rank 0 and the last
+ * rank: the buffers come from whichever pool MPI_Alloc_mem picks (the
+ * region, or private memory where verbs peers are, docs/verbs.md) */
+enum { ALLOCMEM_ITERS = 6 };
+static int allocmem(void)
+{
+    const size_t n = 1u << 20;
+    int last = size - 1, peer = rank == 0 ? last : 0;
+    long bad = 0;
+    double t0 = 0, t1 = 0;
+    if (rank == 0 || rank == last) {
+        unsigned char *b;
+        if (MPI_Alloc_mem((MPI_Aint)n, MPI_INFO_NULL, &b) != MPI_SUCCESS)
+            return report("allocmem", 1);
+        for (int it = 0; it < ALLOCMEM_ITERS; it++) {
+            if (it == 1)
+                t0 = MPI_Wtime();
+            if (rank == 0) {
+                fill(b, n, rank, peer, it);
+                MPI_Send(b, (int)n, MPI_BYTE, peer, it, MPI_COMM_WORLD);
+                MPI_Recv(b, (int)n, MPI_BYTE, peer, it, MPI_COMM_WORLD,
+                         MPI_STATUS_IGNORE);
+                bad += bad_bytes(b, n, peer, rank, it);
+            } else {
+                MPI_Recv(b, (int)n, MPI_BYTE, peer, it, MPI_COMM_WORLD,
+                         MPI_STATUS_IGNORE);
+                bad += bad_bytes(b, n, peer, rank, it);
+                fill(b, n, rank, peer, it);
+                MPI_Send(b, (int)n, MPI_BYTE, peer, it, MPI_COMM_WORLD);
+            }
+        }
+        t1 = MPI_Wtime();
+        MPI_Free_mem(b);
+    }
+    if (rank == 0) {
+        printf("IVT-INFO allocmem-latency %.0f us\n",
+               (t1 - t0) / (ALLOCMEM_ITERS - 1) / 2 * 1e6);
+        fflush(stdout);
+    }
+    return report("allocmem", bad);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -258,6 +307,8 @@ int main(int argc, char **argv)
         failed = stream(argc > 2 ? atoi(argv[2]) : 100, false);
     else if (strcmp(mode, "victim") == 0)
         failed = stream(64, true);
+    else if (strcmp(mode, "allocmem") == 0)
+        failed = allocmem();
     else if (size % 2 == 0)
         failed = check();
     else {

@@ -150,7 +150,7 @@ echo "   ($(($(date +%s) - t0)) s)"
 pass=0 fail=0
 log=$work/vm1.log
 [ -n "${IVSHM_BENCH_LOG:-}" ] && cp "$log" "$IVSHM_BENCH_LOG"
-grep -E '^(IVT-|==|    |   \()' "$log" | grep -v '^IVT-READY' | sed 's/^/   [vm1] /'
+grep -E '^(IVT-|==|    |   \(|   allocmem)' "$log" | grep -v '^IVT-READY' | sed 's/^/   [vm1] /'
 pass=$(grep -c '^IVT-PASS' "$log")
 fail=$(grep -c '^IVT-FAIL' "$log")
 for n in 2 3 4; do
@@ -163,9 +163,10 @@ if ! grep -q '^IVT-END' "$log"; then
     tail -60 "$log"; cat "$work/vm1.qemu"
 fi
 echo "test_qemu_mpi: $pass passed, $fail failed"
-# every check must have run: the lead 12 (ssh, 5 for the mixed job, 2
-# for the fault, 4 without RDMA), bench 11 (ssh and 10 figures)
-want=12
+# every check must have run: the lead 14 (ssh, 5 for the mixed job, 2
+# for MPI_Alloc_mem across hosts, 2 for the fault, 4 without RDMA), bench
+# 11 (ssh and 10 figures)
+want=14
 [ "${IVSHM_GUEST_ROLE:-lead}" = lead ] || want=11
 [ "$pass" -eq "$want" ] || echo "FAIL: $pass checks passed, $want expected"
 [ "$fail" -eq 0 ] && [ "$pass" -eq "$want" ]
