@@ -123,8 +123,13 @@ static void test_dead_member_stops_counting(void **state)
     uint64_t x;
     /* alive (not collected yet), its blocks count for the job */
     assert_int_equal(take(&a, 1, QUOTA, &x), IVSHM_ERR_QUOTA);
-    /* its pid is gone: gc ends the lease, and its count with it */
+    /* its pid is gone: gc ends the lease, and its count with it; the
+     * count stays in the free slot, named nowhere */
     assert_int_equal(ivshm_gc(a.r, NULL), IVSHM_OK);
+    char holders[320] = "";
+    ivshm__heap_holders(a.r, holders, sizeof(holders));
+    if (holders[0])
+        fail_msg("a collected member still holds heap: %s", holders);
     assert_int_equal(take(&a, 16, QUOTA, &x), IVSHM_OK);
     leave(&a);
 }
