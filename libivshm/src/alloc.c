@@ -90,12 +90,15 @@ ivshm_status_t ivshm__alloc_owned(ivshm_region_t *r, uint64_t tag,
         memset((char *)r->base + *off, 0, (uint64_t)n << r->g.chunk_shift);
         return IVSHM_OK;
     }
+    /* the cause, where other processes' malloc'd arrays fill it */
+    char holders[320] = "";
+    ivshm__heap_holders(r, holders, sizeof(holders));
     return ivshm__fail(IVSHM_ERR_NOSPACE,
                        "region %s has no %llu free contiguous bytes (%u "
                        "chunks of %u bytes); run 'ivshm gc' or use a larger "
-                       "region",
+                       "region%s",
                        r->uri, (unsigned long long)size, n,
-                       1u << r->g.chunk_shift);
+                       1u << r->g.chunk_shift, holders);
 }
 
 bool ivshm__range_owned(const ivshm_region_t *r, uint64_t off, uint64_t len,

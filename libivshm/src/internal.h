@@ -92,7 +92,9 @@ struct ivshm_reg_slot {
     uint64_t vm_id;
     uint64_t start_time; /* process start (clock ticks since boot) */
     uint32_t pid;
-    uint32_t pad;
+    /* chunks of region-heap blocks this process holds (quota.c), written by
+     * the owner only; zero from each claim on (zero padding before) */
+    _Atomic uint32_t heap_chunks;
     /* job memberships, each (job generation << 32 | job slot + 1); 0 free.
      * Written by the owner only, one atomic word each. */
     _Atomic uint64_t jobs[IVSHM_JOBS_PER_PROC];
@@ -105,6 +107,8 @@ struct ivshm_reg_slot {
 #define MEMBER_WORD(idx, gen) (((uint64_t)(gen) << 32) | ((uint64_t)(idx) + 1))
 _Static_assert(sizeof(struct ivshm_reg_slot) == 2 * IVSHM_CACHELINE,
                "registry slot is two lines");
+_Static_assert(offsetof(struct ivshm_reg_slot, heap_chunks) == 36,
+               "the heap counter took the padding after pid");
 
 /* Job word: key hash in bits 32..63, generation in 8..31, state in 0..7. */
 #define JOB_WORD(hash, gen, st)                                              \
@@ -312,6 +316,12 @@ ivshm_status_t ivshm__free_tagged(ivshm_region_t *r, uint64_t off,
  * chunk)? The one ownership check of ranges read from shared memory. */
 bool ivshm__range_owned(const ivshm_region_t *r, uint64_t off, uint64_t len,
                         uint64_t tag);
+
+/* quota.c */
+/* Appends to buf (a NUL-terminated string of cap bytes) who holds the
+ * region's heap in region-heap blocks, by job and process, and what to
+ * do; nothing when no live process holds any. */
+void ivshm__heap_holders(ivshm_region_t *r, char *buf, size_t cap);
 
 /* job.c */
 unsigned ivshm__job_gc(ivshm_region_t *r, unsigned *chunks);

@@ -157,6 +157,7 @@ ivshm_status_t ivshm__try_claim(ivshm_region_t *r)
         for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
             atomic_store(&s->jobs[k], 0);
         atomic_store(&s->holding, 0);
+        atomic_store(&s->heap_chunks, 0); /* counted while ALIVE (quota.c) */
         memcpy(s->host, d.host, sizeof(s->host));
         memcpy(s->comm, d.comm, sizeof(s->comm));
         /* R1: heartbeat last among the identity fields: a reclaimer that

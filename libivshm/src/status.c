@@ -36,6 +36,7 @@ const char *ivshm_strerror(ivshm_status_t st)
     case IVSHM_ERR_TRUNCATED: return "message truncated";
     case IVSHM_ERR_NOTSUP: return "not supported";
     case IVSHM_ERR_SYS: return "system error";
+    case IVSHM_ERR_QUOTA: return "region-heap quota spent";
     }
     return "unknown status";
 }

@@ -269,6 +269,7 @@ void mca_btl_ivshmem_region_free(void *ptr);
 /* the region heap's backend (btl_ivshmem_heap.c): attach once the region
  * route is up (true: the heap runs in this process), detach first at
  * teardown; no-ops without libivshm-heap.so */
+void mca_btl_ivshmem_heap_register(void); /* btl_ivshmem_heap_quota */
 bool mca_btl_ivshmem_heap_attach(void);
 void mca_btl_ivshmem_heap_detach(void);
 void mca_btl_ivshmem_heap_print_stats(void);

@@ -179,6 +179,7 @@ static int ivshmem_register(void)
     m->btl_put_alignment = 0;
     m->btl_get_local_registration_threshold = SIZE_MAX;
     m->btl_put_local_registration_threshold = SIZE_MAX;
+    mca_btl_ivshmem_heap_register();
     ivshmem_verbs_register_params(&c->super.btl_version);
     return mca_btl_base_param_register(&c->super.btl_version, m);
 }
@@ -434,8 +435,19 @@ static void region_mem_free(void *ptr)
  * reaches no peer (every rank in one VM still shares one region) */
 static void *coll_alloc(size_t size, uint64_t *off)
 {
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
     IVSHMEM_LOCK();
     void *p = mca_btl_ivshmem_region_alloc(size);
+    /* a full region: once, the cause (other jobs' heap blocks among
+     * them), else the communicator's collectives fall back unexplained */
+    static bool said;
+    if (!p && !said && c->r) {
+        char host[256] = "?";
+        gethostname(host, sizeof(host));
+        opal_show_help("help-mpi-btl-ivshmem.txt", "coll-area-full", true,
+                       host, c->region, ivshm_last_error());
+        said = true;
+    }
     IVSHMEM_UNLOCK();
     *off = p ? mca_btl_ivshmem_region_offset(p, size) : UINT64_MAX;
     return p;

@@ -44,6 +44,7 @@ typedef enum ivshm_status {
     IVSHM_ERR_TRUNCATED = 21,     /* buffer too small for the message */
     IVSHM_ERR_NOTSUP = 22,        /* not supported by this provider */
     IVSHM_ERR_SYS = 23,           /* other system error (see errno text) */
+    IVSHM_ERR_QUOTA = 24,         /* the job's region-heap quota is spent */
 } ivshm_status_t;
 
 /* Short text of a status. */
@@ -185,6 +186,15 @@ const char *ivshm_locality_str(ivshm_locality_t l);
  * freed when it detaches or is reclaimed. Returns the region offset. */
 ivshm_status_t ivshm_alloc(ivshm_region_t *r, uint64_t size, uint64_t *off);
 ivshm_status_t ivshm_free(ivshm_region_t *r, uint64_t off);
+/* A region-heap block (docs/heap.md, "Quota"): as ivshm_alloc, and counted
+ * in this process' registry slot. IVSHM_ERR_QUOTA when the region-heap
+ * blocks of a job this process belongs to (of this process alone, in none)
+ * would pass quota bytes: every live member's count is summed, so a dead
+ * member's blocks stop counting when its lease ends. Free such blocks with
+ * ivshm_free_heap_block only. */
+ivshm_status_t ivshm_alloc_heap_block(ivshm_region_t *r, uint64_t size,
+                                      uint64_t quota, uint64_t *off);
+ivshm_status_t ivshm_free_heap_block(ivshm_region_t *r, uint64_t off);
 /* Whether [off, off+len) is wholly memory allocated by the process that
  * published owner, and its lease still holds: IVSHM_OK, IVSHM_ERR_PEER_DEAD
  * (lease ended), IVSHM_ERR_INVAL (not its memory, or another region). For
