@@ -96,7 +96,7 @@ static bool heap_free(void *p)
     struct blk b = {0, 0, BLK_FREE};
     if (i >= 0) {
         b = heap.tab[i];
-        heap.tab[i].state = BLK_TOMB;
+        heap__tab_remove((size_t)i);
     }
     pthread_mutex_unlock(&heap.tab_lock);
     if (b.state == BLK_REGION) {
@@ -282,6 +282,9 @@ void ivshm_heap_stats(ivshm_heap_stats_t *s)
     s->moved = atomic_load_explicit(&heap.moved, RELAXED);
     s->threshold = heap.min;
     s->attached = atomic_load_explicit(&heap.attached, RELAXED);
+    pthread_mutex_lock(&heap.tab_lock);
+    s->table_slots = heap.cap;
+    pthread_mutex_unlock(&heap.tab_lock);
 }
 
 static size_t parse_size(const char *s, size_t def)
