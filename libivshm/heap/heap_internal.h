@@ -25,7 +25,7 @@
 #define HEAP_HIDDEN __attribute__((visibility("hidden")))
 #define RELAXED memory_order_relaxed
 
-enum { BLK_FREE = 0, BLK_REGION = 1, BLK_PRIVATE = 2, BLK_TOMB = 3 };
+enum { BLK_FREE = 0, BLK_REGION = 1, BLK_PRIVATE = 2 };
 
 struct blk {
     uintptr_t addr;
@@ -38,7 +38,7 @@ struct heap_state {
     pthread_mutex_t tab_lock;
     struct blk *tab; /* open addressing, linear probing, mmap'd */
     size_t cap;      /* power of two, or 0 */
-    size_t used;     /* live entries and tombstones */
+    size_t live;     /* entries: the blocks not yet freed */
     ivshm_heap_backend_t be;
     _Atomic int attached;
     _Atomic uintptr_t lo, hi;
@@ -56,6 +56,8 @@ void heap__say(const char *fmt, size_t a) HEAP_HIDDEN;
 /* the block table (heap_table.c); tab_lock held */
 long heap__tab_find(uintptr_t a) HEAP_HIDDEN;
 bool heap__tab_insert(uintptr_t a, size_t len, unsigned state) HEAP_HIDDEN;
+/* entry i goes (its block freed); the table may shrink */
+void heap__tab_remove(size_t i) HEAP_HIDDEN;
 /* within the span of every block the table ever held (no lock) */
 bool heap__may_be_ours(const void *p) HEAP_HIDDEN;
 

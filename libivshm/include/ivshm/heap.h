@@ -66,6 +66,8 @@ typedef struct ivshm_heap_stats {
     uint64_t moved;         /* blocks moved to private memory (detach, fork) */
     size_t threshold;       /* IVSHM_HEAP_MIN */
     int attached;
+    /* new fields go here, at the end: the library fills the structure */
+    size_t table_slots;     /* slots of the table of large blocks */
 } ivshm_heap_stats_t;
 void ivshm_heap_stats(ivshm_heap_stats_t *s);
 
