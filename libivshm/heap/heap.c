@@ -151,12 +151,10 @@ void *calloc(size_t n, size_t size)
         errno = ENOMEM;
         return NULL;
     }
+    /* the backend hands out zeroed memory (ivshm/heap.h): the region's
+     * allocator scrubs chunks for every new owner (docs/lifetimes.md) */
     void *p = region_alloc(total);
-    if (p) {
-        memset(p, 0, total); /* region chunks hold what they last held */
-        return p;
-    }
-    return __libc_calloc(n, size);
+    return p ? p : __libc_calloc(n, size);
 }
 
 void *realloc(void *p, size_t size)

@@ -18,7 +18,10 @@
 
 static uint32_t chunks_for(const ivshm_region_t *r, uint64_t size)
 {
-    uint64_t n = (size + (1ull << r->g.chunk_shift) - 1) >> r->g.chunk_shift;
+    /* whole chunks, rounded up without wrapping: a size near 2^64 is more
+     * than any region holds, never a few chunks */
+    uint64_t n = (size >> r->g.chunk_shift) +
+                 ((size & ((1ull << r->g.chunk_shift) - 1)) != 0);
     return n == 0 ? 1 : (n > r->g.chunk_count ? UINT32_MAX : (uint32_t)n);
 }
 

@@ -374,6 +374,9 @@ static void test_allocator(void **state)
     /* exhaustion is NOSPACE, and a message with a fix */
     assert_int_equal(ivshm_alloc(r, 64ull << 20, &d), IVSHM_ERR_NOSPACE);
     assert_non_null(strstr(ivshm_last_error(), "larger region"));
+    /* a size near 2^64 is too large, never rounded (wrapped) to a chunk */
+    assert_int_equal(ivshm_alloc(r, UINT64_MAX - 4096, &d), IVSHM_ERR_NOSPACE);
+    assert_int_equal(ivshm_alloc(r, UINT64_MAX, &d), IVSHM_ERR_NOSPACE);
     while (ivshm_alloc(r, 65536, &d) == IVSHM_OK)
         ;
     ivshm_region_info(r, &inf);

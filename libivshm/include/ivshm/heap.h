@@ -38,7 +38,8 @@ typedef struct ivshm_heap_backend {
     uint32_t abi; /* IVSHM_HEAP_ABI */
     /* would a block in the region be read by a peer (else: C library) */
     int (*useful)(void);
-    /* size bytes, page aligned, inside the mapping; NULL when full */
+    /* size bytes, page aligned, inside the mapping, zeroed (calloc relies
+     * on it); NULL when full */
     void *(*alloc)(size_t size);
     void (*free)(void *p);
 } ivshm_heap_backend_t;
