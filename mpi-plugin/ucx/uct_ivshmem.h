@@ -31,14 +31,20 @@ typedef struct uct_ivshmem_dev_addr {
     uint8_t region_uuid[16];
 } UCS_S_PACKED uct_ivshmem_dev_addr_t;
 
-/* Interface address: the process' lease in that region, its channel
- * endpoint, and the largest message it sends (both sides must agree on
- * it: a message is received whole). */
+/* Interface address: the process' lease in that region (its identity
+ * less the region's UUID, which the device address carries), the largest
+ * message it sends (both sides must agree on it: a message is received
+ * whole), and its channel endpoint's address less the leading region UUID.
+ * UCX 1.13 packs an interface address of at most 63 bytes. */
+#define UCT_IVSHMEM_CHAN_TAIL (IVSHM_EP_ADDR_SIZE - 16)
 typedef struct uct_ivshmem_iface_addr {
-    ivshm_identity_t id;
-    uint8_t chan[IVSHM_EP_ADDR_SIZE];
+    uint64_t vm_id;
+    uint32_t slot, gen, pid;
     uint32_t max_bcopy;
+    uint8_t chan_tail[UCT_IVSHMEM_CHAN_TAIL];
 } uct_ivshmem_iface_addr_t;
+_Static_assert(sizeof(uct_ivshmem_iface_addr_t) == 56,
+               "interface address layout (UCX 1.13 packs at most 63 bytes)");
 
 typedef struct uct_ivshmem_md_config {
     uct_md_config_t super;
@@ -118,6 +124,12 @@ void uct_ivshmem_ep_pending_purge(uct_ep_h tl_ep,
                                   uct_pending_purge_callback_t cb, void *arg);
 ucs_status_t uct_ivshmem_ep_flush(uct_ep_h tl_ep, unsigned flags,
                                   uct_completion_t *comp);
+/* The peer's identity and channel address from its device and interface
+ * addresses. */
+void uct_ivshmem_peer_unpack(const uct_ivshmem_dev_addr_t *dev,
+                             const uct_ivshmem_iface_addr_t *addr,
+                             ivshm_identity_t *id,
+                             uint8_t chan[IVSHM_EP_ADDR_SIZE]);
 /* Runs the pending requests of every endpoint; returns how many finished. */
 unsigned uct_ivshmem_iface_dispatch_pending(uct_ivshmem_iface_t *iface);
 

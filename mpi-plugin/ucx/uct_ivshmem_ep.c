@@ -13,22 +13,27 @@ UCS_CLASS_INIT_FUNC(uct_ivshmem_ep_t, const uct_ep_params_t *params)
 {
     uct_ivshmem_iface_t *iface =
         ucs_derived_of(params->iface, uct_ivshmem_iface_t);
-    uct_ivshmem_iface_addr_t peer;
+    uct_ivshmem_dev_addr_t dev;
+    uct_ivshmem_iface_addr_t addr;
+    ivshm_identity_t id;
+    uint8_t chan[IVSHM_EP_ADDR_SIZE];
 
     UCT_EP_PARAMS_CHECK_DEV_IFACE_ADDRS(params);
     UCS_CLASS_CALL_SUPER_INIT(uct_base_ep_t, &iface->super);
-    memcpy(&peer, params->iface_addr, sizeof(peer));
-    ivshm_status_t st = ivshm_ep_connect(iface->chan, peer.chan,
-                                         sizeof(peer.chan), &self->peer);
+    memcpy(&dev, params->dev_addr, sizeof(dev));
+    memcpy(&addr, params->iface_addr, sizeof(addr));
+    uct_ivshmem_peer_unpack(&dev, &addr, &id, chan);
+    ivshm_status_t st = ivshm_ep_connect(iface->chan, chan, sizeof(chan),
+                                         &self->peer);
     if (st != IVSHM_OK) {
-        ucs_debug("ivshmem: cannot connect to pid %u: %s", peer.id.pid,
+        ucs_debug("ivshmem: cannot connect to pid %u: %s", id.pid,
                   ivshm_last_error());
         return UCS_ERR_UNREACHABLE;
     }
     ucs_queue_head_init(&self->pending);
     self->dispatching = 0;
     ucs_list_add_tail(&iface->eps, &self->link);
-    ucs_debug("ivshmem: ep %p to pid %u (channel peer %u)", self, peer.id.pid,
+    ucs_debug("ivshmem: ep %p to pid %u (channel peer %u)", self, id.pid,
               self->peer);
     return UCS_OK;
 }

@@ -121,13 +121,35 @@ static ucs_status_t uct_ivshmem_iface_get_address(uct_iface_h tl_iface,
 {
     uct_ivshmem_iface_t *iface = ucs_derived_of(tl_iface, uct_ivshmem_iface_t);
     uct_ivshmem_iface_addr_t a;
-    memset(&a, 0, sizeof(a));
-    if (ivshm_self_identity(iface->md->r, &a.id) != IVSHM_OK ||
-        ivshm_ep_address(iface->chan, a.chan) != IVSHM_OK)
+    ivshm_identity_t id;
+    uint8_t chan[IVSHM_EP_ADDR_SIZE];
+    if (ivshm_self_identity(iface->md->r, &id) != IVSHM_OK ||
+        ivshm_ep_address(iface->chan, chan) != IVSHM_OK)
         return UCS_ERR_IO_ERROR;
+    memset(&a, 0, sizeof(a));
+    a.vm_id = id.vm_id;
+    a.slot = id.slot;
+    a.gen = id.gen;
+    a.pid = id.pid;
     a.max_bcopy = (uint32_t)iface->max_bcopy;
+    memcpy(a.chan_tail, chan + 16, sizeof(a.chan_tail));
     memcpy(addr, &a, sizeof(a));
     return UCS_OK;
+}
+
+void uct_ivshmem_peer_unpack(const uct_ivshmem_dev_addr_t *dev,
+                             const uct_ivshmem_iface_addr_t *addr,
+                             ivshm_identity_t *id,
+                             uint8_t chan[IVSHM_EP_ADDR_SIZE])
+{
+    memset(id, 0, sizeof(*id));
+    memcpy(id->region_uuid, dev->region_uuid, 16);
+    id->vm_id = addr->vm_id;
+    id->slot = addr->slot;
+    id->gen = addr->gen;
+    id->pid = addr->pid;
+    memcpy(chan, dev->region_uuid, 16);
+    memcpy(chan + 16, addr->chan_tail, UCT_IVSHMEM_CHAN_TAIL);
 }
 
 /* Same region (UUID), and the peer's lease in it live, of the same
@@ -141,22 +163,30 @@ static int uct_ivshmem_iface_is_reachable(const uct_iface_h tl_iface,
     uct_ivshmem_iface_t *iface = ucs_derived_of(tl_iface, uct_ivshmem_iface_t);
     uct_ivshmem_dev_addr_t dev;
     uct_ivshmem_iface_addr_t peer;
+    ivshm_identity_t id;
+    uint8_t chan[IVSHM_EP_ADDR_SIZE];
     if (dev_addr == NULL || iface_addr == NULL)
         return 0;
     memcpy(&dev, dev_addr, sizeof(dev));
     memcpy(&peer, iface_addr, sizeof(peer));
-    if (memcmp(dev.region_uuid, iface->md->uuid, 16) != 0 ||
-        memcmp(peer.id.region_uuid, iface->md->uuid, 16) != 0)
+    if (memcmp(dev.region_uuid, iface->md->uuid, 16) != 0) {
+        ucs_debug("ivshmem: a peer maps another region: not reachable");
         return 0;
+    }
     if (peer.max_bcopy != iface->max_bcopy) {
         ucs_diag("ivshmem: a peer sends messages of up to %u bytes, this "
                  "process %zu (IVSHM_FRAG_SIZE differs): not reached through "
                  "the region", peer.max_bcopy, iface->max_bcopy);
         return 0;
     }
-    ivshm_locality_t loc = ivshm_peer_locality(iface->md->r, &peer.id);
-    return loc == IVSHM_PEER_OTHER_VM ||
-           (loc == IVSHM_PEER_SAME_VM && iface->same_vm);
+    uct_ivshmem_peer_unpack(&dev, &peer, &id, chan);
+    ivshm_locality_t loc = ivshm_peer_locality(iface->md->r, &id);
+    int reached = loc == IVSHM_PEER_OTHER_VM ||
+                  (loc == IVSHM_PEER_SAME_VM && iface->same_vm);
+    ucs_debug("ivshmem: pid %u (slot %u gen %u): %s, %s", id.pid, id.slot,
+              id.gen, ivshm_locality_str(loc),
+              reached ? "reachable" : "not reachable");
+    return reached;
 }
 
 static ucs_status_t uct_ivshmem_iface_flush(uct_iface_h tl_iface,
@@ -217,6 +247,8 @@ UCS_CLASS_INIT_FUNC(uct_ivshmem_iface_t, uct_md_h tl_md,
                               UCS_STATS_ARG(UCT_IVSHMEM_NAME));
 
     self->md = md;
+    memset(&self->cnt, 0, sizeof(self->cnt));
+    self->pending_eps = 0;
     self->same_vm = cfg->same_vm;
     self->stats = cfg->stats;
     ucs_list_head_init(&self->eps);
@@ -236,6 +268,16 @@ UCS_CLASS_INIT_FUNC(uct_ivshmem_iface_t, uct_md_h tl_md,
     }
     ivshm_ep_set_event_handler(self->chan, uct_ivshmem_iface_event, self);
     self->max_bcopy = ivshm_ep_max_single(self->chan);
+    /* the interface address leaves out the channel address' leading
+     * region UUID (ivshm/channel.h): make sure it leads */
+    uint8_t chan[IVSHM_EP_ADDR_SIZE];
+    if (ivshm_ep_address(self->chan, chan) != IVSHM_OK ||
+        memcmp(chan, md->uuid, 16) != 0) {
+        ucs_error("ivshmem: this libivshm's channel address does not begin "
+                  "with the region's UUID");
+        ivshm_ep_destroy(self->chan);
+        return UCS_ERR_UNSUPPORTED;
+    }
     self->rx_buf = ucs_malloc(self->max_bcopy, "ivshmem rx");
     self->tx_buf = ucs_malloc(self->max_bcopy, "ivshmem tx");
     if (self->rx_buf == NULL || self->tx_buf == NULL) {

@@ -157,7 +157,11 @@ ucs_status_t uct_ivshmem_query_devices(uct_md_h tl_md,
     if (d == NULL)
         return UCS_ERR_NO_MEMORY;
     ucs_snprintf_zero(d->name, sizeof(d->name), "%s", md->device);
-    d->type = UCT_DEVICE_TYPE_SHM;
+    /* A network to UCX: the peers it reaches are other nodes (other VMs),
+     * and Open MPI's pml ucx hands peers on other nodes an address of
+     * network devices only (UCP_WORKER_ADDRESS_FLAG_NET_ONLY), which
+     * would leave a shared-memory device out. */
+    d->type = UCT_DEVICE_TYPE_NET;
     d->sys_device = UCS_SYS_DEVICE_ID_UNKNOWN;
     *devices = d;
     *num_devices = 1;
