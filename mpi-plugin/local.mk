@@ -9,6 +9,8 @@
 #   btl/    the BTL ivshmem: the region route and the verbs route
 #   mpool/  the mpool ivshmem: MPI_Alloc_mem in the region
 #   coll/   the coll ivshmem: collectives in the region
+#   ucx/    the UCT transport ivshmem, for MPIs over UCX (no Open MPI
+#           headers: built against UCX's own sources)
 #
 # ompi_compat.h (shared by all three) keeps what differs between Open MPI
 # 4.1 and 5.x; amca-param-sets/ivshmem is the one switch, --tune ivshmem
@@ -33,3 +35,4 @@ endif
 include $(top_srcdir)/mpi-plugin/btl/local.mk
 include $(top_srcdir)/mpi-plugin/mpool/local.mk
 include $(top_srcdir)/mpi-plugin/coll/local.mk
+include $(top_srcdir)/mpi-plugin/ucx/local.mk

@@ -135,7 +135,7 @@ run_build() {
 
 # every tier runs here: nothing may skip
 run_build release 1 CFLAGS="-O2 -g"
-require_configured release "cmocka unit tests" "libFuzzer" "Open MPI component" "verbs route" "QEMU guest tests"
+require_configured release "cmocka unit tests" "libFuzzer" "Open MPI component" "verbs route" "UCX transport" "QEMU guest tests"
 check_results release "" "unit mp fuzz cli server simvm qemu qemu-mpi guest-admin"
 # the components also compile against Open MPI 5.x (Debian 13's headers,
 # from Debian's archive, which CI reaches)

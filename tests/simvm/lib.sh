@@ -38,6 +38,7 @@ done
 # pml/osc ucx where UCX finds a network. osc pt2pt: one-sided over the
 # BTLs' send path (osc rdma in Open MPI 4.1 wants one BTL that reaches
 # every rank of the window, self and same-VM ranks too: ours does not).
+# SIMVM_PML overrides that choice (tests of the UCX transport: pml ucx).
 # simvm_mpirun HOSTS NP ARGS... (HOSTS as for --host, e.g. 10.200.0.1:2,...)
 # Every run is bounded: $SIMVM_TIMEOUT seconds (default 120; 0: none); a
 # run cut off there exits 124 and prints a FAIL line naming it.
@@ -51,7 +52,7 @@ simvm_mpirun() {
         --mca mca_base_component_path "$(ivshm_component_path)" \
         --mca orte_base_help_aggregate 0 -x IVSHM_HELP_DIR \
         --mca orte_default_hostfile none \
-        --mca pml ob1 --mca osc pt2pt \
+        ${SIMVM_PML:---mca pml ob1 --mca osc pt2pt} \
         "$@"
     simvm_rc=$?
     [ $simvm_rc != 124 ] ||

@@ -7,7 +7,8 @@
 #
 #   simvm.sh up SPEC...   SPEC = HOST:VM (e.g. a:0 a:1 b:2): VM n on host
 #   simvm.sh down         removes every namespace, link and file it made
-#   simvm.sh agent H ...  the rsh agent Open MPI calls (plm_rsh_agent)
+#   simvm.sh agent H ...  the rsh agent Open MPI calls (plm_rsh_agent), and
+#                         hydra's ssh (options before H are dropped)
 #   simvm.sh hosts        the VMs' addresses, comma-separated
 #
 # State lives in $SIMVM_STATE (default /run/ivshm-simvm).
@@ -56,7 +57,9 @@ down)
     rm -rf "$STATE"
     ;;
 agent)
-    # Open MPI calls: agent HOST command... (as it would call ssh)
+    # Open MPI calls: agent HOST command... (as it would call ssh); MPICH's
+    # hydra (-launcher ssh -launcher-exec) puts ssh options first: dropped
+    while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done
     host=$1
     shift
     line=$(grep "^$host " "$STATE/map") || { echo "simvm: unknown host $host" >&2; exit 255; }

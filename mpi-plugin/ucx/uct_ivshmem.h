@@ -1,0 +1,140 @@
+/*
+ * UCT transport `ivshmem`: UCX's active messages between processes that map
+ * the same libivshm region (processes in co-resident VMs), carried by the
+ * library's channels (ivshm/channel.h). One component and memory domain
+ * (uct_ivshmem_md.c: the region, its lease, the version check and the
+ * registration), one interface per UCT worker (uct_ivshmem_iface.c: the
+ * receive side, progress, addresses, reachability) and its endpoints
+ * (uct_ivshmem_ep.c: the send side and the pending queue).
+ *
+ * Reachability is decided by the region, never by host name or boot id:
+ * a peer is reached when it publishes a live lease in the same region
+ * (UUID, registry slot and generation), as the BTL decides it.
+ */
+#ifndef UCT_IVSHMEM_H
+#define UCT_IVSHMEM_H
+
+#include <uct/base/uct_iface.h>
+#include <uct/base/uct_md.h>
+#include <ucs/arch/cpu.h>
+#include <ucs/datastruct/list.h>
+#include <ucs/datastruct/queue.h>
+#include <ucs/sys/math.h>
+
+#include <ivshm/channel.h>
+#include <ivshm/ivshm.h>
+
+#define UCT_IVSHMEM_NAME "ivshmem"
+
+/* Device address: the identity of the region (its UUID). */
+typedef struct uct_ivshmem_dev_addr {
+    uint8_t region_uuid[16];
+} UCS_S_PACKED uct_ivshmem_dev_addr_t;
+
+/* Interface address: the process' lease in that region (its identity
+ * less the region's UUID, which the device address carries), the largest
+ * message it sends (both sides must agree on it: a message is received
+ * whole), and its channel endpoint's address less the leading region UUID.
+ * UCX 1.13 packs an interface address of at most 63 bytes. */
+#define UCT_IVSHMEM_CHAN_TAIL (IVSHM_EP_ADDR_SIZE - 16)
+typedef struct uct_ivshmem_iface_addr {
+    uint64_t vm_id;
+    uint32_t slot, gen, pid;
+    uint32_t max_bcopy;
+    uint8_t chan_tail[UCT_IVSHMEM_CHAN_TAIL];
+} uct_ivshmem_iface_addr_t;
+_Static_assert(sizeof(uct_ivshmem_iface_addr_t) == 56,
+               "interface address layout (UCX 1.13 packs at most 63 bytes)");
+
+typedef struct uct_ivshmem_md_config {
+    uct_md_config_t super;
+    char *region;     /* region URI; empty: $IVSHM_REGION, else auto */
+    char *domain;     /* channel domain (job area) every UCX process joins */
+    unsigned max_eps; /* endpoints the domain holds (first member sizes it) */
+} uct_ivshmem_md_config_t;
+
+typedef struct uct_ivshmem_md {
+    uct_md_t super;
+    ivshm_region_t *r;     /* NULL: no region here (no device offered) */
+    ivshm_domain_t *dom;
+    uint8_t uuid[16];
+    char device[UCT_DEVICE_NAME_MAX];
+} uct_ivshmem_md_t;
+
+typedef struct uct_ivshmem_iface_config {
+    uct_iface_config_t super;
+    int same_vm; /* also reach processes of this VM (UCX's own shared
+                  * memory serves them better) */
+    int stats;   /* print the counters when the interface closes */
+} uct_ivshmem_iface_config_t;
+
+typedef struct uct_ivshmem_counters {
+    uint64_t tx_msgs, tx_bytes;
+    uint64_t rx_msgs, rx_bytes;
+    uint64_t rx_dropped; /* pieces that were no whole message of ours */
+    uint64_t tx_full;    /* sends that found no room (NO_RESOURCE) */
+    uint64_t pending_done;
+} uct_ivshmem_counters_t;
+
+typedef struct uct_ivshmem_iface {
+    uct_base_iface_t super;
+    uct_ivshmem_md_t *md;
+    ivshm_ep_t *chan;
+    size_t max_short; /* header included */
+    size_t max_bcopy;
+    int same_vm;
+    int stats;
+    void *rx_buf;     /* private copy of a received message */
+    void *tx_buf;     /* bcopy staging */
+    ucs_list_link_t eps;
+    unsigned pending_eps; /* endpoints with a pending request */
+    uct_ivshmem_counters_t cnt;
+} uct_ivshmem_iface_t;
+
+typedef struct uct_ivshmem_ep {
+    uct_base_ep_t super;
+    uint32_t peer;            /* channel peer index */
+    ucs_queue_head_t pending; /* uct_pending_req_t, in order */
+    ucs_list_link_t link;     /* in iface->eps */
+    int dispatching;          /* its pending queue is running */
+} uct_ivshmem_ep_t;
+
+extern uct_component_t uct_ivshmem_component;
+extern ucs_config_field_t uct_ivshmem_iface_config_table[];
+
+UCS_CLASS_DECLARE(uct_ivshmem_iface_t, uct_md_h, uct_worker_h,
+                  const uct_iface_params_t *, const uct_iface_config_t *);
+UCS_CLASS_DECLARE_NEW_FUNC(uct_ivshmem_iface_t, uct_iface_t, uct_md_h,
+                           uct_worker_h, const uct_iface_params_t *,
+                           const uct_iface_config_t *);
+
+UCS_CLASS_DECLARE(uct_ivshmem_ep_t, const uct_ep_params_t *);
+UCS_CLASS_DECLARE_NEW_FUNC(uct_ivshmem_ep_t, uct_ep_t, const uct_ep_params_t *);
+UCS_CLASS_DECLARE_DELETE_FUNC(uct_ivshmem_ep_t, uct_ep_t);
+
+ucs_status_t uct_ivshmem_ep_am_short(uct_ep_h tl_ep, uint8_t id,
+                                     uint64_t header, const void *payload,
+                                     unsigned length);
+ssize_t uct_ivshmem_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
+                                uct_pack_callback_t pack_cb, void *arg,
+                                unsigned flags);
+ucs_status_t uct_ivshmem_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *req,
+                                        unsigned flags);
+void uct_ivshmem_ep_pending_purge(uct_ep_h tl_ep,
+                                  uct_pending_purge_callback_t cb, void *arg);
+ucs_status_t uct_ivshmem_ep_flush(uct_ep_h tl_ep, unsigned flags,
+                                  uct_completion_t *comp);
+/* The peer's identity and channel address from its device and interface
+ * addresses. */
+void uct_ivshmem_peer_unpack(const uct_ivshmem_dev_addr_t *dev,
+                             const uct_ivshmem_iface_addr_t *addr,
+                             ivshm_identity_t *id,
+                             uint8_t chan[IVSHM_EP_ADDR_SIZE]);
+/* Runs the pending requests of every endpoint; returns how many finished. */
+unsigned uct_ivshmem_iface_dispatch_pending(uct_ivshmem_iface_t *iface);
+
+ucs_status_t uct_ivshmem_query_devices(uct_md_h md,
+                                       uct_tl_device_resource_t **devices,
+                                       unsigned *num_devices);
+
+#endif

@@ -1,0 +1,332 @@
+/*
+ * The `ivshmem` interface: one channel endpoint of the region per UCT
+ * interface, its receive side (each whole message copied out of the region
+ * and handed to UCX's active-message handler), progress, the addresses it
+ * publishes and the reachability rule, which asks the region whether the
+ * peer holds a live lease in it.
+ */
+#include "uct_ivshmem_build.h"
+#include "uct_ivshmem.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+ucs_config_field_t uct_ivshmem_iface_config_table[] = {
+    {"", "", NULL, ucs_offsetof(uct_ivshmem_iface_config_t, super),
+     UCS_CONFIG_TYPE_TABLE(uct_iface_config_table)},
+
+    {"SAME_VM", "n",
+     "Also carry processes of this VM (they share the region too). Off: "
+     "UCX's own shared memory (posix, cma) serves them.",
+     ucs_offsetof(uct_ivshmem_iface_config_t, same_vm), UCS_CONFIG_TYPE_BOOL},
+
+    {"STATS", "n",
+     "Print the interface's message counters on stderr when it closes.",
+     ucs_offsetof(uct_ivshmem_iface_config_t, stats), UCS_CONFIG_TYPE_BOOL},
+
+    {NULL}
+};
+
+static uct_iface_ops_t uct_ivshmem_iface_ops;
+
+/* A received piece is untrusted: another VM may rewrite it while UCX
+ * parses it, so it is copied out first, and only a whole message (the
+ * channel cuts nothing we send: bcopy is bounded by one fragment) with an
+ * active-message id UCX knows is delivered. */
+static void uct_ivshmem_iface_rx(void *arg, const ivshm_msg_t *m)
+{
+    uct_ivshmem_iface_t *iface = arg;
+    uint32_t tag = m->tag, len = m->len;
+    if (tag >= UCT_AM_ID_MAX || m->offset != 0 || m->total != len ||
+        len > iface->max_bcopy) {
+        iface->cnt.rx_dropped++;
+        ucs_warn("ivshmem: dropped a message from peer %u (id %u, %u of %llu "
+                 "bytes at %llu): not one whole active message",
+                 m->sender, tag, len, (unsigned long long)m->total,
+                 (unsigned long long)m->offset);
+        return;
+    }
+    memcpy(iface->rx_buf, m->data, len);
+    iface->cnt.rx_msgs++;
+    iface->cnt.rx_bytes += len;
+    uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_RECV, tag,
+                       iface->rx_buf, len, "RX: AM");
+    uct_iface_invoke_am(&iface->super, (uint8_t)tag, iface->rx_buf, len, 0);
+}
+
+static void uct_ivshmem_iface_event(void *arg, int kind, uint32_t peer)
+{
+    uct_ivshmem_iface_t *iface = arg;
+    if (kind == IVSHM_EV_LEASE_LOST)
+        ucs_error("ivshmem: this process' lease in region %s was reclaimed "
+                  "(stalled past the lease timeout): the transport stops",
+                  iface->md->device);
+    else
+        ucs_diag("ivshmem: peer %u of region %s is gone", peer,
+                 iface->md->device);
+}
+
+static unsigned uct_ivshmem_iface_progress(uct_iface_h tl_iface)
+{
+    uct_ivshmem_iface_t *iface = ucs_derived_of(tl_iface, uct_ivshmem_iface_t);
+    int n = ivshm_ep_progress(iface->chan);
+    unsigned count = n > 0 ? (unsigned)n : 0;
+    if (iface->pending_eps)
+        count += uct_ivshmem_iface_dispatch_pending(iface);
+    return count;
+}
+
+static ucs_status_t uct_ivshmem_iface_query(uct_iface_h tl_iface,
+                                            uct_iface_attr_t *attr)
+{
+    uct_ivshmem_iface_t *iface = ucs_derived_of(tl_iface, uct_ivshmem_iface_t);
+    uct_base_iface_query(&iface->super, attr);
+    attr->iface_addr_len = sizeof(uct_ivshmem_iface_addr_t);
+    attr->device_addr_len = sizeof(uct_ivshmem_dev_addr_t);
+    attr->ep_addr_len = 0;
+    attr->max_conn_priv = 0;
+    attr->cap.flags = UCT_IFACE_FLAG_AM_SHORT | UCT_IFACE_FLAG_AM_BCOPY |
+                      UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC |
+                      UCT_IFACE_FLAG_CONNECT_TO_IFACE;
+    attr->cap.am.max_short = iface->max_short - sizeof(uint64_t);
+    attr->cap.am.max_bcopy = iface->max_bcopy;
+    attr->cap.am.min_zcopy = 0;
+    attr->cap.am.max_zcopy = 0;
+    attr->cap.am.opt_zcopy_align = UCS_SYS_CACHE_LINE_SIZE;
+    attr->cap.am.align_mtu = attr->cap.am.opt_zcopy_align;
+    attr->cap.am.max_hdr = 0;
+    attr->cap.am.max_iov = 1;
+    /* Provisional estimates (docs/ucx.md): a shared-memory FIFO a little
+     * behind UCX's own posix one, so that inside one VM posix keeps its
+     * peers, and far ahead of every network between VMs. */
+    attr->latency = ucs_linear_func_make(100e-9, 0);
+    attr->bandwidth.dedicated = 10000.0 * UCS_MBYTE;
+    attr->bandwidth.shared = 0;
+    attr->overhead = 15e-9;
+    attr->priority = 0;
+    return UCS_OK;
+}
+
+static ucs_status_t uct_ivshmem_iface_get_device_address(uct_iface_h tl_iface,
+                                                         uct_device_addr_t *addr)
+{
+    uct_ivshmem_iface_t *iface = ucs_derived_of(tl_iface, uct_ivshmem_iface_t);
+    memcpy(((uct_ivshmem_dev_addr_t *)addr)->region_uuid, iface->md->uuid, 16);
+    return UCS_OK;
+}
+
+static ucs_status_t uct_ivshmem_iface_get_address(uct_iface_h tl_iface,
+                                                  uct_iface_addr_t *addr)
+{
+    uct_ivshmem_iface_t *iface = ucs_derived_of(tl_iface, uct_ivshmem_iface_t);
+    uct_ivshmem_iface_addr_t a;
+    ivshm_identity_t id;
+    uint8_t chan[IVSHM_EP_ADDR_SIZE];
+    if (ivshm_self_identity(iface->md->r, &id) != IVSHM_OK ||
+        ivshm_ep_address(iface->chan, chan) != IVSHM_OK)
+        return UCS_ERR_IO_ERROR;
+    memset(&a, 0, sizeof(a));
+    a.vm_id = id.vm_id;
+    a.slot = id.slot;
+    a.gen = id.gen;
+    a.pid = id.pid;
+    a.max_bcopy = (uint32_t)iface->max_bcopy;
+    memcpy(a.chan_tail, chan + 16, sizeof(a.chan_tail));
+    memcpy(addr, &a, sizeof(a));
+    return UCS_OK;
+}
+
+void uct_ivshmem_peer_unpack(const uct_ivshmem_dev_addr_t *dev,
+                             const uct_ivshmem_iface_addr_t *addr,
+                             ivshm_identity_t *id,
+                             uint8_t chan[IVSHM_EP_ADDR_SIZE])
+{
+    memset(id, 0, sizeof(*id));
+    memcpy(id->region_uuid, dev->region_uuid, 16);
+    id->vm_id = addr->vm_id;
+    id->slot = addr->slot;
+    id->gen = addr->gen;
+    id->pid = addr->pid;
+    memcpy(chan, dev->region_uuid, 16);
+    memcpy(chan + 16, addr->chan_tail, UCT_IVSHMEM_CHAN_TAIL);
+}
+
+/* Same region (UUID), and the peer's lease in it live, of the same
+ * generation, in another VM (or this one, with SAME_VM): the region's
+ * word, as for the BTL; host names and boot ids play no part. Both sides
+ * must send messages of the same largest size (IVSHM_FRAG_SIZE alike). */
+static int uct_ivshmem_iface_is_reachable(const uct_iface_h tl_iface,
+                                          const uct_device_addr_t *dev_addr,
+                                          const uct_iface_addr_t *iface_addr)
+{
+    uct_ivshmem_iface_t *iface = ucs_derived_of(tl_iface, uct_ivshmem_iface_t);
+    uct_ivshmem_dev_addr_t dev;
+    uct_ivshmem_iface_addr_t peer;
+    ivshm_identity_t id;
+    uint8_t chan[IVSHM_EP_ADDR_SIZE];
+    if (dev_addr == NULL || iface_addr == NULL)
+        return 0;
+    memcpy(&dev, dev_addr, sizeof(dev));
+    memcpy(&peer, iface_addr, sizeof(peer));
+    if (memcmp(dev.region_uuid, iface->md->uuid, 16) != 0) {
+        ucs_debug("ivshmem: a peer maps another region: not reachable");
+        return 0;
+    }
+    if (peer.max_bcopy != iface->max_bcopy) {
+        ucs_diag("ivshmem: a peer sends messages of up to %u bytes, this "
+                 "process %zu (IVSHM_FRAG_SIZE differs): not reached through "
+                 "the region", peer.max_bcopy, iface->max_bcopy);
+        return 0;
+    }
+    uct_ivshmem_peer_unpack(&dev, &peer, &id, chan);
+    ivshm_locality_t loc = ivshm_peer_locality(iface->md->r, &id);
+    int reached = loc == IVSHM_PEER_OTHER_VM ||
+                  (loc == IVSHM_PEER_SAME_VM && iface->same_vm);
+    ucs_debug("ivshmem: pid %u (slot %u gen %u): %s, %s", id.pid, id.slot,
+              id.gen, ivshm_locality_str(loc),
+              reached ? "reachable" : "not reachable");
+    return reached;
+}
+
+static ucs_status_t uct_ivshmem_iface_flush(uct_iface_h tl_iface,
+                                            unsigned flags,
+                                            uct_completion_t *comp)
+{
+    uct_ivshmem_iface_t *iface = ucs_derived_of(tl_iface, uct_ivshmem_iface_t);
+    if (comp != NULL)
+        return UCS_ERR_UNSUPPORTED;
+    (void)flags;
+    /* a committed message is in the peer's queue, in shared memory: done */
+    return iface->pending_eps ? UCS_ERR_NO_RESOURCE : UCS_OK;
+}
+
+static void uct_ivshmem_iface_print_stats(uct_ivshmem_iface_t *iface)
+{
+    const uct_ivshmem_counters_t *c = &iface->cnt;
+    char host[64] = "";
+    gethostname(host, sizeof(host) - 1);
+    fprintf(stderr,
+            "uct ivshmem: %s pid %d device %s: sent %llu messages (%llu "
+            "bytes), received %llu (%llu bytes), dropped %llu, no room %llu, "
+            "pending done %llu\n",
+            host, (int)getpid(), iface->md->device,
+            (unsigned long long)c->tx_msgs, (unsigned long long)c->tx_bytes,
+            (unsigned long long)c->rx_msgs, (unsigned long long)c->rx_bytes,
+            (unsigned long long)c->rx_dropped, (unsigned long long)c->tx_full,
+            (unsigned long long)c->pending_done);
+}
+
+UCS_CLASS_INIT_FUNC(uct_ivshmem_iface_t, uct_md_h tl_md,
+                           uct_worker_h worker,
+                           const uct_iface_params_t *params,
+                           const uct_iface_config_t *tl_config)
+{
+    const uct_ivshmem_iface_config_t *cfg =
+        ucs_derived_of(tl_config, uct_ivshmem_iface_config_t);
+    uct_ivshmem_md_t *md = ucs_derived_of(tl_md, uct_ivshmem_md_t);
+
+    UCT_CHECK_PARAM(params->field_mask & UCT_IFACE_PARAM_FIELD_OPEN_MODE,
+                    "UCT_IFACE_PARAM_FIELD_OPEN_MODE is not defined");
+    if (!(params->open_mode & UCT_IFACE_OPEN_MODE_DEVICE)) {
+        ucs_error("ivshmem: only UCT_IFACE_OPEN_MODE_DEVICE is supported");
+        return UCS_ERR_UNSUPPORTED;
+    }
+    /* one channel endpoint is used by one thread at a time */
+    if (ucs_derived_of(worker, uct_priv_worker_t)->thread_mode ==
+        UCS_THREAD_MODE_MULTI) {
+        ucs_error("ivshmem: a multi-threaded worker is not supported");
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (md->r == NULL)
+        return UCS_ERR_NO_DEVICE;
+
+    UCS_CLASS_CALL_SUPER_INIT(uct_base_iface_t, &uct_ivshmem_iface_ops,
+                              &uct_base_iface_internal_ops, tl_md, worker,
+                              params, tl_config UCS_STATS_ARG(NULL)
+                              UCS_STATS_ARG(UCT_IVSHMEM_NAME));
+
+    self->md = md;
+    memset(&self->cnt, 0, sizeof(self->cnt));
+    self->pending_eps = 0;
+    self->same_vm = cfg->same_vm;
+    self->stats = cfg->stats;
+    ucs_list_head_init(&self->eps);
+    ivshm_ep_config_t chan_cfg;
+    ivshm_ep_config_init(&chan_cfg); /* IVSHM_* overrides from the env */
+    if (ivshm_ep_config_check(&chan_cfg) != IVSHM_OK) {
+        ucs_error("ivshmem: %s", ivshm_last_error());
+        return UCS_ERR_INVALID_PARAM;
+    }
+    /* a whole message that fits a cell travels inline in it */
+    self->max_short = chan_cfg.cell_size - IVSHM_CELL_OVERHEAD;
+    if (ivshm_ep_create(md->dom, -1, &chan_cfg, uct_ivshmem_iface_rx, self,
+                        &self->chan) != IVSHM_OK) {
+        ucs_error("ivshmem: cannot create a channel endpoint in region %s: "
+                  "%s", md->device, ivshm_last_error());
+        return UCS_ERR_NO_RESOURCE;
+    }
+    ivshm_ep_set_event_handler(self->chan, uct_ivshmem_iface_event, self);
+    self->max_bcopy = ivshm_ep_max_single(self->chan);
+    /* the interface address leaves out the channel address' leading
+     * region UUID (ivshm/channel.h): make sure it leads */
+    uint8_t chan[IVSHM_EP_ADDR_SIZE];
+    if (ivshm_ep_address(self->chan, chan) != IVSHM_OK ||
+        memcmp(chan, md->uuid, 16) != 0) {
+        ucs_error("ivshmem: this libivshm's channel address does not begin "
+                  "with the region's UUID");
+        ivshm_ep_destroy(self->chan);
+        return UCS_ERR_UNSUPPORTED;
+    }
+    self->rx_buf = ucs_malloc(self->max_bcopy, "ivshmem rx");
+    self->tx_buf = ucs_malloc(self->max_bcopy, "ivshmem tx");
+    if (self->rx_buf == NULL || self->tx_buf == NULL) {
+        ucs_free(self->rx_buf);
+        ucs_free(self->tx_buf);
+        ivshm_ep_destroy(self->chan);
+        return UCS_ERR_NO_MEMORY;
+    }
+    ucs_debug("ivshmem: interface on %s, channel endpoint %u, short %zu, "
+              "bcopy %zu", md->device, ivshm_ep_index(self->chan),
+              self->max_short, self->max_bcopy);
+    return UCS_OK;
+}
+
+UCS_CLASS_CLEANUP_FUNC(uct_ivshmem_iface_t)
+{
+    uct_base_iface_progress_disable(&self->super.super,
+                                    UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    if (self->stats)
+        uct_ivshmem_iface_print_stats(self);
+    ivshm_ep_destroy(self->chan);
+    ucs_free(self->rx_buf);
+    ucs_free(self->tx_buf);
+}
+
+UCS_CLASS_DEFINE(uct_ivshmem_iface_t, uct_base_iface_t);
+UCS_CLASS_DEFINE_NEW_FUNC(uct_ivshmem_iface_t, uct_iface_t, uct_md_h,
+                          uct_worker_h, const uct_iface_params_t *,
+                          const uct_iface_config_t *);
+static UCS_CLASS_DEFINE_DELETE_FUNC(uct_ivshmem_iface_t, uct_iface_t);
+
+static uct_iface_ops_t uct_ivshmem_iface_ops = {
+    .ep_am_short = uct_ivshmem_ep_am_short,
+    .ep_am_short_iov = uct_base_ep_am_short_iov,
+    .ep_am_bcopy = uct_ivshmem_ep_am_bcopy,
+    .ep_pending_add = uct_ivshmem_ep_pending_add,
+    .ep_pending_purge = uct_ivshmem_ep_pending_purge,
+    .ep_flush = uct_ivshmem_ep_flush,
+    .ep_fence = uct_base_ep_fence,
+    .ep_create = UCS_CLASS_NEW_FUNC_NAME(uct_ivshmem_ep_t),
+    .ep_destroy = UCS_CLASS_DELETE_FUNC_NAME(uct_ivshmem_ep_t),
+    .iface_flush = uct_ivshmem_iface_flush,
+    .iface_fence = uct_base_iface_fence,
+    .iface_progress_enable = uct_base_iface_progress_enable,
+    .iface_progress_disable = uct_base_iface_progress_disable,
+    .iface_progress = uct_ivshmem_iface_progress,
+    .iface_close = UCS_CLASS_DELETE_FUNC_NAME(uct_ivshmem_iface_t),
+    .iface_query = uct_ivshmem_iface_query,
+    .iface_get_device_address = uct_ivshmem_iface_get_device_address,
+    .iface_get_address = uct_ivshmem_iface_get_address,
+    .iface_is_reachable = uct_ivshmem_iface_is_reachable,
+};
