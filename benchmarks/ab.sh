@@ -82,6 +82,7 @@ run() { # INDEX NAME BENCH ROUND -> lines on stdout
     done
     if [ "$bench" = prim ]; then
         r=$("$SIMVM" regions | head -1)
+        "$build/libivshm/tools/ivshm" format "file:$r" --size "$rsize" --force >/dev/null
         cpus=""
         [ "$(nproc)" -le 4 ] || cpus="--cpus 2,4"
         # shellcheck disable=SC2086
@@ -105,6 +106,9 @@ run() { # INDEX NAME BENCH ROUND -> lines on stdout
     [ $heap = 0 ] || set -- "$@" -x LD_PRELOAD="$build/libivshm/.libs/libivshm-heap.so"
     saved_builddir=$top_builddir
     top_builddir=$build # simvm_mpirun loads the component from there
+    # each set-up's region is formatted by its own build's tool: builds of
+    # two layout versions refuse each other's regions (and would measure tcp)
+    [ $one_vm = 1 ] || simvm_format "$rsize"
     # shellcheck disable=SC2086
     simvm_mpirun "$@" $extra -x PIN_THREADS=$threads "$work/pin" \
         "$work/ivshm-osu" $args -m "$maxb" -r "$reps" >"$work/out" 2>&1 || true
