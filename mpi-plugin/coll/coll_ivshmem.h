@@ -15,6 +15,7 @@
  *                             in each region, leaders over the network
  *   coll_ivshmem_agree.c      every member's protocol settings compared
  *                             when a communicator is queried
+ *   coll_ivshmem_verdict.h    the verdict on them (Open MPI free)
  *   coll_ivshmem_read.h       reads of a peer's memory in place, checked
  *                             against the owner's lease before and after
  *   coll_ivshmem_hold.h       writes into rank 0's area, checked against
@@ -30,6 +31,7 @@
 
 #include "btl_ivshmem.h"
 #include "coll_ivshmem_hold.h"
+#include "coll_ivshmem_verdict.h"
 
 #include "ompi/communicator/communicator.h"
 #include "ompi/datatype/ompi_datatype.h"
@@ -199,11 +201,6 @@ int civ_buf_stage_io(civ_buf_t *in, const void *sbuf, size_t scount,
 void civ_buf_unstage_io(civ_buf_t *in, civ_buf_t *out, bool in_place, bool ok);
 
 /* coll_ivshmem_agree.c */
-enum civ_agreement {
-    CIV_AGREE_SAME,   /* every member has the same settings */
-    CIV_AGREE_DIFFER, /* they differ: every member steps aside */
-    CIV_AGREE_OFF,    /* some member has the component off: none takes it */
-};
 /* publishes this process' settings (in its modex entry, at open) */
 void civ_agree_publish(void);
 /* compares every member's published settings, alike on every member;
