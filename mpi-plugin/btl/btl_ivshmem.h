@@ -110,6 +110,9 @@ typedef struct mca_btl_ivshmem_component_t {
     /* the region offset of [p, p+len) if it is region memory this process
      * maps (its own: region heap blocks, MPI_Alloc_mem), else UINT64_MAX */
     uint64_t (*coll_offset)(const void *p, size_t len);
+    /* the region's lease timeout in ms (0: no region): coll ivshmem
+     * re-checks rank 0's hold on its area within a quarter of it */
+    uint32_t (*coll_lease_ms)(void);
     /* MPI_THREAD_MULTIPLE: every call into the endpoint holds this lock,
      * recursively (an ob1 callback made from our progress may send);
      * progress only tries it. Unused, and never taken, otherwise. */
@@ -127,7 +130,7 @@ typedef struct mca_btl_ivshmem_component_t {
 } mca_btl_ivshmem_component_t;
 
 /* Bumped whenever the component struct or mem_* / coll_* change meaning. */
-#define MCA_BTL_IVSHMEM_ABI 0x49560006u
+#define MCA_BTL_IVSHMEM_ABI 0x49560007u
 
 OPAL_MODULE_DECLSPEC extern mca_btl_ivshmem_component_t
     mca_btl_ivshmem_component;

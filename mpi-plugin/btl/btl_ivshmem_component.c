@@ -36,6 +36,7 @@ static void *coll_alloc(size_t size, uint64_t *off);
 static int coll_map(const ivshm_identity_t *owner, uint64_t off, uint64_t len,
                     void **addr);
 static bool coll_alive(const ivshm_identity_t *id);
+static uint32_t coll_lease_ms(void);
 
 mca_btl_ivshmem_component_t mca_btl_ivshmem_component = {
     .super = {
@@ -61,6 +62,7 @@ mca_btl_ivshmem_component_t mca_btl_ivshmem_component = {
     .coll_map = coll_map,
     .coll_alive = coll_alive,
     .coll_offset = mca_btl_ivshmem_region_offset,
+    .coll_lease_ms = coll_lease_ms,
 };
 
 static void frag_construct(mca_btl_ivshmem_frag_t *f)
@@ -476,6 +478,15 @@ static bool coll_alive(const ivshm_identity_t *id)
     ivshm_locality_t loc = ivshm_peer_locality(c->r, id);
     IVSHMEM_UNLOCK();
     return loc != IVSHM_PEER_STALE && loc != IVSHM_PEER_REMOTE;
+}
+
+static uint32_t coll_lease_ms(void)
+{
+    mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
+    ivshm_region_info_t inf;
+    if (!c->r || ivshm_region_info(c->r, &inf) != IVSHM_OK)
+        return 0;
+    return inf.lease_timeout_ms;
 }
 
 mca_btl_ivshmem_modex_t *mca_btl_ivshmem_modex_get(const opal_process_name_t *name)

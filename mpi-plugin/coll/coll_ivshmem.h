@@ -15,8 +15,11 @@
  *                             in each region, leaders over the network
  *   coll_ivshmem_agree.c      every member's protocol settings compared
  *                             when a communicator is queried
+ *   coll_ivshmem_verdict.h    the verdict on them (Open MPI free)
  *   coll_ivshmem_read.h       reads of a peer's memory in place, checked
  *                             against the owner's lease before and after
+ *   coll_ivshmem_hold.h       writes into rank 0's area, checked against
+ *                             rank 0's lease (at most a quarter lease old)
  *
  * The region itself is the BTL ivshmem's (found among the initialised
  * BTLs, like the mpool does); which region each rank maps is read from
@@ -27,6 +30,8 @@
 #define MCA_COLL_IVSHMEM_H
 
 #include "btl_ivshmem.h"
+#include "coll_ivshmem_hold.h"
+#include "coll_ivshmem_verdict.h"
 
 #include "ompi/communicator/communicator.h"
 #include "ompi/datatype/ompi_datatype.h"
@@ -138,6 +143,8 @@ typedef struct mca_coll_ivshmem_module_t {
     ivshm_identity_t *ids; /* by comm rank (flat mode) */
     mca_btl_ivshmem_component_t *btl;
     civ_area_t area;
+    civ_hold_t hold;   /* rank 0 still holds the area: before each store */
+    bool hold_said;    /* its loss was reported */
     uint64_t step;     /* the last step this rank began */
     uint64_t all_done; /* every rank is known done with steps up to here */
     /* hierarchy (CIV_HIER): made at the first collective */
@@ -194,11 +201,6 @@ int civ_buf_stage_io(civ_buf_t *in, const void *sbuf, size_t scount,
 void civ_buf_unstage_io(civ_buf_t *in, civ_buf_t *out, bool in_place, bool ok);
 
 /* coll_ivshmem_agree.c */
-enum civ_agreement {
-    CIV_AGREE_SAME,   /* every member has the same settings */
-    CIV_AGREE_DIFFER, /* they differ: every member steps aside */
-    CIV_AGREE_OFF,    /* some member has the component off: none takes it */
-};
 /* publishes this process' settings (in its modex entry, at open) */
 void civ_agree_publish(void);
 /* compares every member's published settings, alike on every member;
@@ -216,8 +218,10 @@ void civ_area_release(mca_coll_ivshmem_module_t *m);
 void civ_area_reap(bool last);
 /* begins the next step: returns it, after making sure every rank is done
  * with the step that used the same buffers (two steps back) */
+/* (and that rank 0 still holds the area: the step's stores may follow) */
 int civ_step_begin(mca_coll_ivshmem_module_t *m, uint64_t *step);
-void civ_post(mca_coll_ivshmem_module_t *m, uint64_t step, unsigned phase);
+/* stores this rank's counter, if rank 0 still holds the area */
+int civ_post(mca_coll_ivshmem_module_t *m, uint64_t step, unsigned phase);
 /* waits until rank i's counter reaches (step, phase) */
 int civ_wait_one(mca_coll_ivshmem_module_t *m, uint32_t i, uint64_t step,
                  unsigned phase);

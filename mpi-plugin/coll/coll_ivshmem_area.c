@@ -143,6 +143,9 @@ int civ_area_setup(mca_coll_ivshmem_module_t *m)
     }
     m->step = 0;
     m->all_done = 0;
+    civ_hold_init(&m->hold, &m->ids[0], m->area.off, m->area.size,
+                  m->btl->coll_lease_ms());
+    m->hold_said = false;
     m->setup = CIV_SETUP_OK;
     opal_output_verbose(2, cc->output,
                         "coll ivshmem: %s: %u ranks, area of %llu bytes at "
@@ -165,6 +168,24 @@ static inline bool reached(const civ_area_t *a, uint32_t i, uint64_t want)
      * the step is visible once its counter is */
     uint64_t v = atomic_load_explicit(&a->ctl[i].state, memory_order_acquire);
     return (int64_t)(v - want) >= 0;
+}
+
+/* ok: rank 0 still holds the area (civ_hold_check); else the collective
+ * fails, with one message per communicator */
+static int area_held(mca_coll_ivshmem_module_t *m, bool ok)
+{
+    if (ok)
+        return OMPI_SUCCESS;
+    if (!m->hold_said)
+        opal_output(0,
+                    "coll ivshmem: %s: rank 0's lease on the region ended "
+                    "(the communicator's area [%llu, +%llu) is no longer its "
+                    "memory): rank %u writes nothing more into it, the "
+                    "collective fails",
+                    m->comm->c_name, (unsigned long long)m->area.off,
+                    (unsigned long long)m->area.size, m->me);
+    m->hold_said = true;
+    return OMPI_ERR_UNREACH;
 }
 
 /* Waits for rank i, letting the rest of MPI progress meanwhile; a rank
@@ -194,7 +215,8 @@ static int wait_slow(mca_coll_ivshmem_module_t *m, uint32_t i, uint64_t want)
             }
         }
     }
-    return OMPI_SUCCESS;
+    /* the wait may have outlasted the last check: stores follow it */
+    return area_held(m, civ_hold_check(&m->hold, m->btl->coll_map));
 }
 
 int civ_wait_one(mca_coll_ivshmem_module_t *m, uint32_t i, uint64_t step,
@@ -231,18 +253,21 @@ int civ_step_begin(mca_coll_ivshmem_module_t *m, uint64_t *step)
     uint64_t t = ++m->step;
     m->steps++;
     *step = t;
-    if (t < 3 || m->all_done >= t - 2)
-        return OMPI_SUCCESS;
-    m->scans++;
-    return civ_wait_all(m, t - 2, CIV_DONE);
+    if (t >= 3 && m->all_done < t - 2) {
+        m->scans++;
+        CHECK(civ_wait_all(m, t - 2, CIV_DONE));
+    }
+    /* the step's stores into the slots follow */
+    return area_held(m, civ_hold_check(&m->hold, m->btl->coll_map));
 }
 
-void civ_post(mca_coll_ivshmem_module_t *m, uint64_t step, unsigned phase)
+int civ_post(mca_coll_ivshmem_module_t *m, uint64_t step, unsigned phase)
 {
     /* release: pairs with the acquire in reached(); the step's data this
      * rank wrote is published with it */
-    atomic_store_explicit(&m->area.ctl[m->me].state, CIV_STATE(step, phase),
-                          memory_order_release);
+    return area_held(m, civ_hold_post(&m->hold, m->btl->coll_map,
+                                      &m->area.ctl[m->me].state,
+                                      CIV_STATE(step, phase)));
 }
 
 /* Areas whose communicator was freed while some rank was still in its

@@ -77,12 +77,12 @@ int civ_barrier(ompi_communicator_t *comm, mca_coll_base_module_t *module)
     m->steps++;
     if (m->me == 0) {
         CHECK(civ_wait_all(m, t, CIV_ARRIVED));
-        civ_post(m, t, CIV_DONE); /* the release */
+        CHECK(civ_post(m, t, CIV_DONE)); /* the release */
     } else {
-        civ_post(m, t, CIV_ARRIVED);
+        CHECK(civ_post(m, t, CIV_ARRIVED));
         CHECK(civ_wait_one(m, 0, t, CIV_DONE));
         civ_learn(m, t); /* rank 0 saw everyone arrive */
-        civ_post(m, t, CIV_DONE);
+        CHECK(civ_post(m, t, CIV_DONE));
     }
     return OMPI_SUCCESS;
 }
@@ -109,7 +109,7 @@ int civ_bcast(void *buf, int count, ompi_datatype_t *dt, int root,
             if (rc != OMPI_SUCCESS)
                 break;
             memcpy(civ_slot(&m->area, t, r), b.base + off, len);
-            civ_post(m, t, CIV_DONE); /* written, and reads nothing */
+            rc = civ_post(m, t, CIV_DONE); /* written, and reads nothing */
         } else {
             t = ++m->step;
             m->steps++;
@@ -117,7 +117,7 @@ int civ_bcast(void *buf, int count, ompi_datatype_t *dt, int root,
             if (rc != OMPI_SUCCESS)
                 break;
             memcpy(b.base + off, civ_slot(&m->area, t, r), len);
-            civ_post(m, t, CIV_DONE);
+            rc = civ_post(m, t, CIV_DONE);
         }
     }
     civ_buf_unstage(&b, m->me != r && rc == OMPI_SUCCESS);
@@ -193,32 +193,33 @@ static int reduce_steps(mca_coll_ivshmem_module_t *m, const civ_red_t *rd,
                 /* a reduce's root folds straight into its buffer */
                 fold(m, rd, t, 0, k, root < 0 ? result : rd->out + e0 * rd->ext);
                 if (root >= 0) {
-                    civ_post(m, t, CIV_DONE);
+                    CHECK(civ_post(m, t, CIV_DONE));
                     continue;
                 }
-                civ_post(m, t, CIV_REDUCED);
+                CHECK(civ_post(m, t, CIV_REDUCED));
             } else if (root >= 0) {
-                civ_post(m, t, CIV_DONE); /* input given, reads nothing */
+                /* input given, reads nothing */
+                CHECK(civ_post(m, t, CIV_DONE));
                 continue;
             } else {
-                civ_post(m, t, CIV_ARRIVED);
+                CHECK(civ_post(m, t, CIV_ARRIVED));
                 CHECK(civ_wait_one(m, folder, t, CIV_REDUCED));
                 civ_learn(m, t);
             }
         } else {
-            civ_post(m, t, CIV_ARRIVED);
+            CHECK(civ_post(m, t, CIV_ARRIVED));
             CHECK(civ_wait_all(m, t, CIV_ARRIVED));
             size_t lo = k * m->me / m->n, hi = k * (m->me + 1) / m->n;
             fold(m, rd, t, lo, hi - lo, result + lo * rd->ext);
             if (root >= 0 && m->me != (uint32_t)root) {
-                civ_post(m, t, CIV_DONE);
+                CHECK(civ_post(m, t, CIV_DONE));
                 continue;
             }
-            civ_post(m, t, CIV_REDUCED);
+            CHECK(civ_post(m, t, CIV_REDUCED));
             CHECK(civ_wait_all(m, t, CIV_REDUCED));
         }
         memcpy(rd->out + e0 * rd->ext, result, k * rd->ext);
-        civ_post(m, t, CIV_DONE);
+        CHECK(civ_post(m, t, CIV_DONE));
     }
     return OMPI_SUCCESS;
 }
@@ -325,7 +326,8 @@ static int direct_begin(mca_coll_ivshmem_module_t *m, int kind,
     if (rc != OMPI_SUCCESS)
         return rc;
     memcpy(civ_slot(&m->area, t, m->me), &mine, sizeof(mine));
-    civ_post(m, t, CIV_ARRIVED);
+    if ((rc = civ_post(m, t, CIV_ARRIVED)) != OMPI_SUCCESS)
+        return rc;
     d->step = t; /* posted: direct_end posts DONE */
     if ((rc = civ_wait_all(m, t, CIV_ARRIVED)) != OMPI_SUCCESS)
         return rc;
@@ -370,8 +372,11 @@ static int direct_read(mca_coll_ivshmem_module_t *m, const civ_direct_t *d,
 static int direct_end(mca_coll_ivshmem_module_t *m, civ_direct_t *d, int rc,
                       bool *direct)
 {
-    if (d->step)
-        civ_post(m, d->step, CIV_DONE); /* reads nothing more */
+    if (d->step) { /* reads nothing more */
+        int posted = civ_post(m, d->step, CIV_DONE);
+        if (rc == OMPI_SUCCESS)
+            rc = posted;
+    }
     if (d->all && rc == OMPI_SUCCESS)
         rc = civ_wait_all(m, d->step, CIV_DONE);
     free(d->offs);
@@ -470,14 +475,16 @@ int civ_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
         if (rc != OMPI_SUCCESS)
             break;
         memcpy(civ_slot(&m->area, t, m->me), mine + off, len);
-        civ_post(m, t, CIV_ARRIVED);
+        rc = civ_post(m, t, CIV_ARRIVED);
+        if (rc != OMPI_SUCCESS)
+            break;
         rc = civ_wait_all(m, t, CIV_ARRIVED);
         if (rc != OMPI_SUCCESS)
             break;
         for (uint32_t j = 0; j < m->n; j++)
             if (j != m->me || !in_place)
                 memcpy(out.base + j * blk + off, civ_slot(&m->area, t, j), len);
-        civ_post(m, t, CIV_DONE);
+        rc = civ_post(m, t, CIV_DONE);
     }
     civ_buf_unstage_io(&in, &out, in_place, rc == OMPI_SUCCESS);
     return rc;
@@ -528,14 +535,16 @@ int civ_alltoall(const void *sbuf, int scount, ompi_datatype_t *sdt,
         char *mine = civ_slot(&m->area, t, m->me);
         for (uint32_t j = 0; j < m->n; j++)
             memcpy(mine + j * len, src + j * blk + off, len);
-        civ_post(m, t, CIV_ARRIVED);
+        rc = civ_post(m, t, CIV_ARRIVED);
+        if (rc != OMPI_SUCCESS)
+            break;
         rc = civ_wait_all(m, t, CIV_ARRIVED);
         if (rc != OMPI_SUCCESS)
             break;
         for (uint32_t j = 0; j < m->n; j++)
             memcpy(out.base + j * blk + off,
                    civ_slot(&m->area, t, j) + m->me * len, len);
-        civ_post(m, t, CIV_DONE);
+        rc = civ_post(m, t, CIV_DONE);
     }
     civ_buf_unstage_io(&in, &out, in_place, rc == OMPI_SUCCESS);
     return rc;

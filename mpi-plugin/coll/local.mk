@@ -7,7 +7,9 @@ COLL_IVSHMEM_SRCS = mpi-plugin/coll/coll_ivshmem.h \
 	mpi-plugin/coll/shim/ompi/mpi/fortran/base/fint_2_int.h \
 	mpi-plugin/coll/coll_ivshmem_area.c mpi-plugin/coll/coll_ivshmem_buf.c \
 	mpi-plugin/coll/coll_ivshmem_ops.c mpi-plugin/coll/coll_ivshmem_hier.c \
-	mpi-plugin/coll/coll_ivshmem_read.h mpi-plugin/coll/coll_ivshmem_agree.c
+	mpi-plugin/coll/coll_ivshmem_read.h mpi-plugin/coll/coll_ivshmem_hold.h \
+	mpi-plugin/coll/coll_ivshmem_verdict.h \
+	mpi-plugin/coll/coll_ivshmem_agree.c
 if HAVE_OMPI_COLL
 noinst_LTLIBRARIES += mpi-plugin/coll/libcoll-ivshmem.la
 mpi_plugin_coll_libcoll_ivshmem_la_SOURCES = $(COLL_IVSHMEM_SRCS)

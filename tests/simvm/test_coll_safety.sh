@@ -7,9 +7,11 @@
 #     and every rank's counters show the collectives went to the modules
 #     below (stepped aside), none through the region;
 #  2. comm rank 0 paused: the communicator's area lives in rank 0's
-#     chunks. Rank 0 stops (SIGSTOP) past the region's 1 s lease; a
-#     bystander process of another VM then takes every chunk it can and
-#     fills it; ranks 1-3 broadcast from rank 1 meanwhile; rank 0 resumes.
+#     chunks. Rank 0 stops (SIGSTOP) until another VM sees its lease in
+#     doubt (past the region's 1 s lease) and 2 s more; a bystander
+#     process of another VM then takes every chunk it can and fills it;
+#     ranks 1-3 broadcast twice from rank 1 meanwhile (into rank 0's
+#     area); then rank 0 resumes. Waits are for events, not sleeps.
 #     Every broadcast is right and the bystander's chunks are intact (a
 #     paused owner is alive: its chunks are not handed out).
 # Needs root, iproute2 and Open MPI; skipped (77) otherwise.
@@ -71,25 +73,45 @@ job=$!
 i=0
 while [ $i -lt 300 ] && ! grep -q "mpi_coll: rank 0 pauses" "$work/pause.out"; do sleep 0.1; i=$((i + 1)); done
 pid0=$(sed -n 's/.*mpi_coll: rank 0 pauses (pid \([0-9]*\)).*/\1/p' "$work/pause.out")
-sleep 3 # three lease timeouts
+# Events, not sleeps (a loaded 2-core machine stretches any sleep): the
+# bystander starts only once another VM's view counts rank 0's lease in
+# doubt (its heartbeat older than the lease timeout), and two timeouts
+# after that, so rank 0 is far past its lease when the bystander's gc runs.
+in_doubt() {
+    IVSHM_VM_ID=bystander "$top_builddir/libivshm/tools/ivshm" info "file:$region" |
+        sed -n 's/^processes .*, \([0-9]*\) in doubt$/\1/p'
+}
+i=0
+while [ $i -lt 600 ] && [ "$(in_doubt)" != 1 ]; do sleep 0.1; i=$((i + 1)); done
+doubt=$(in_doubt)
+sleep 2
 IVSHM_VM_ID=bystander "$top_builddir/tests/simvm/bystander" "file:$region" "$work/done" \
     >"$work/bystander.out" 2>&1 &
 by=$!
 i=0
 while [ $i -lt 300 ] && ! grep -q "bystander: took" "$work/bystander.out"; do sleep 0.1; i=$((i + 1)); done
 touch "$work/filled" # ranks 1-3 broadcast now
-sleep 2
+# Ranks 1-3 finish two broadcasts without rank 0 (both buffer sets: slots
+# and counters written into rank 0's area while it is stopped); the third
+# waits for rank 0. Resume it only once all three said so.
+i=0
+while [ $i -lt 600 ] &&
+      [ "$(grep -c "mpi_coll: rank [123]: first two broadcasts" "$work/pause.out")" != 3 ]; do
+    sleep 0.1; i=$((i + 1))
+done
+early=$(grep -c "mpi_coll: rank [123]: first two broadcasts" "$work/pause.out")
 [ -n "$pid0" ] && kill -CONT "$pid0"
 wait $job
 rc=$?
 touch "$work/done"
 wait $by
 brc=$?
-if [ -n "$pid0" ] && [ $rc -eq 0 ] && [ "$(right "$work/pause.out")" = 4 ] && [ $brc -eq 0 ] &&
+if [ -n "$pid0" ] && [ "$doubt" = 1 ] && [ "$early" = 3 ] && [ $rc -eq 0 ] &&
+   [ "$(right "$work/pause.out")" = 4 ] && [ $brc -eq 0 ] &&
    grep -q "bystander: [0-9]* chunks, 0 changed" "$work/bystander.out"; then
     ok "rank 0 paused past its lease: every broadcast right, the bystander's chunks intact ($(sed -n 's/bystander: took //p' "$work/bystander.out"))"
 else
-    bad "rank 0 paused (pid ${pid0:-none}, rc $rc, $(right "$work/pause.out") ranks right, bystander rc $brc)"
+    bad "rank 0 paused (pid ${pid0:-none}, in doubt ${doubt:-?}, $early ranks broadcast meanwhile, rc $rc, $(right "$work/pause.out") ranks right, bystander rc $brc)"
     cat "$work/bystander.out"; grep -E "WRONG|right|rror|gone" "$work/pause.out" | head -8; tail -4 "$work/pause.out"
 fi
 
