@@ -98,6 +98,7 @@ static void test_fork_child_sees_fork_time(void **state)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        signal(SIGSEGV, SIG_DFL); /* a fault ends it, not cmocka's handler */
         char c;
         if (read(go[0], &c, 1) != 1)
             _exit(2);
@@ -152,6 +153,7 @@ static void test_fork_parent_keeps_no_copy(void **state)
         pid_t pid = fork();
         assert_true(pid >= 0);
         if (pid == 0) {
+            signal(SIGSEGV, SIG_DFL);
             int rc = pages_not(p, len, 0x5c) ? 3 : 0;
             memset(p, 0x11, len);
             free(p);
@@ -229,10 +231,12 @@ static void test_detach_loses_no_write(void **state)
     for (int w = 0; w < WRITERS; w++)
         assert_int_equal(pthread_create(&th[w], NULL, writer, (void *)(uintptr_t)w), 0);
     wait_passes(2);
-    unsigned long during[WRITERS];
+    unsigned long before = 0, after = 0;
     for (int w = 0; w < WRITERS; w++)
-        during[w] = atomic_load(&passes[w]);
+        before += atomic_load(&passes[w]);
     assert_int_equal(ivshm_heap_detach(keep, NULL), BLOCKS);
+    for (int w = 0; w < WRITERS; w++)
+        after += atomic_load(&passes[w]);
     wait_passes(2);
     atomic_store(&stop_writers, 1);
     for (int w = 0; w < WRITERS; w++)
@@ -244,8 +248,7 @@ static void test_detach_loses_no_write(void **state)
     if (lost)
         print_message("%lu writes into %u pages were lost\n", lost, PAGES);
     assert_int_equal(lost, 0);
-    for (int w = 0; w < WRITERS; w++) /* they did write while the blocks moved */
-        assert_true(atomic_load(&passes[w]) > during[w]);
+    assert_true(after > before); /* they wrote while the blocks moved */
     ivshm_region_close(R); /* the blocks are private: they stay */
     R = NULL;
     for (size_t i = 0; i < PAGES; i++)
@@ -259,11 +262,16 @@ static void test_detach_loses_no_write(void **state)
 static int crash_pipe[2];
 static struct sigaction app_action;
 
+/* 'h': the fault's own, passed on by the heap's handler during the move
+ * (still in place), not only once the move is over */
 static void app_handler(int sig, siginfo_t *si, void *ctx)
 {
     (void)sig;
     (void)ctx;
-    (void)!write(crash_pipe[1], si->si_addr == (void *)16 ? "h" : "?", 1);
+    struct sigaction now;
+    sigaction(SIGSEGV, NULL, &now);
+    bool chained = now.sa_sigaction != app_handler;
+    (void)!write(crash_pipe[1], si->si_addr != (void *)16 ? "?" : chained ? "h" : "l", 1);
     _exit(42);
 }
 
@@ -345,7 +353,7 @@ static void crash_during_move(bool with_app_handler)
     assert_true(n >= 1 && seen[0] == 's'); /* it faulted during a move */
     if (with_app_handler) {
         assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 42);
-        assert_string_equal(seen, "sh"); /* with the fault's own address */
+        assert_string_equal(seen, "sh");
     } else {
         assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
     }
