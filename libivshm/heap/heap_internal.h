@@ -62,7 +62,6 @@ void heap__tab_remove(size_t i) HEAP_HIDDEN;
 bool heap__may_be_ours(const void *p) HEAP_HIDDEN;
 
 /* moving region blocks to private memory (heap_move.c) */
-size_t heap__privatize_all(bool give_back, struct blk **ranges) HEAP_HIDDEN;
 void heap__fork_prepare(void) HEAP_HIDDEN;
 void heap__fork_parent(void) HEAP_HIDDEN;
 void heap__fork_child(void) HEAP_HIDDEN;
