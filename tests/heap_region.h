@@ -76,6 +76,21 @@ static inline bool heap_region_holds(const void *p, size_t len)
     return a >= b && a + len <= b + ivshm_region_size(heap_region);
 }
 
+/* A block's bytes as a function of their place and a seed, and whether
+ * they still are: what the heap's tests write and check. */
+static inline void heap_fill(unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)(i * 131u + seed);
+}
+static inline bool heap_intact(const unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != (unsigned char)(i * 131u + seed))
+            return false;
+    return true;
+}
+
 /* The process' VmSize in KiB (the heap's own table shows there), 0 when
  * /proc cannot tell. */
 static inline size_t heap_vm_kib(void)

@@ -314,18 +314,6 @@ static void run_table(void)
 
 /* ---- the calls that take a block: realloc, reallocarray, free ---- */
 
-static void fill(unsigned char *p, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (unsigned char)(i * 131u + seed);
-}
-static bool intact(const unsigned char *p, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        if (p[i] != (unsigned char)(i * 131u + seed))
-            return false;
-    return true;
-}
 
 /* realloc(p, size), or reallocarray(p, count, size) when count is not 0,
  * of a block holding kept bytes of pattern seed; the result (the old block
@@ -342,21 +330,21 @@ static unsigned char *re(const char *what, unsigned char *p, size_t kept,
         size = SIZE_MAX;
     unsigned char *now = q ? q : (want == FREED ? NULL : p);
     size_t n = kept < size ? kept : size;
-    bool ok = !now || intact(now, n, seed);
+    bool ok = !now || heap_intact(now, n, seed);
     if (!ok)
         bad(what, "realloc lost bytes");
     /* report() writes the block: the pattern goes back afterwards */
     report(what, q, err, want, size, 16, place, false);
     printf(" kept=%s\n", ok ? "yes" : "no");
     if (q)
-        fill(q, size <= 4 * MIB ? size : n, seed);
+        heap_fill(q, size <= 4 * MIB ? size : n, seed);
     return now;
 }
 
 static void run_realloc(void)
 {
     unsigned char *p = malloc(100);
-    fill(p, 100, 1);
+    heap_fill(p, 100, 1);
     p = re("realloc(100 B, 1 MiB)", p, 100, 1, 0, 1 * MIB, BLOCK, REGION);
     p = re("realloc(1 MiB, 2 MiB)", p, 1 * MIB, 1, 0, 2 * MIB, BLOCK, REGION);
     p = re("realloc(2 MiB, 1 MiB)", p, 2 * MIB, 1, 0, 1 * MIB, BLOCK, REGION);
@@ -367,10 +355,10 @@ static void run_realloc(void)
     p = re("realloc(200 B, 100)", p, 200, 1, 0, 100, BLOCK, LIBC);
     p = re("realloc(100 B, 0)", p, 100, 1, 0, 0, FREED, ANY);
     p = malloc(1 * MIB);
-    fill(p, 1 * MIB, 2);
+    heap_fill(p, 1 * MIB, 2);
     p = re("realloc(1 MiB, 0)", p, 1 * MIB, 2, 0, 0, FREED, ANY);
     p = malloc(200);
-    fill(p, 200, 3);
+    heap_fill(p, 200, 3);
     p = re("reallocarray(200 B, 2048, 1 KiB)", p, 200, 3, 2048, KIB, BLOCK, REGION);
     p = re("reallocarray(2 MiB, SIZE_MAX, 1)", p, 2 * MIB, 3, SIZE_MAX, 1, NOMEM, ANY);
     p = re("reallocarray(2 MiB, SIZE_MAX, 2)", p, 2 * MIB, 3, SIZE_MAX, 2, NOMEM, ANY);

@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "../testutil.h"
-#include "heap_backend.h"
+#include "../heap_region.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -27,21 +27,21 @@
 static int setup(void **state)
 {
     (void)state;
-    tu_region_path(path, sizeof(path), "heap");
-    if (tu_format(path, REGION_SIZE, 16, 5000) != IVSHM_OK ||
-        ivshm_region_open(tu_uri(path), 0, &R) != IVSHM_OK ||
-        ivshm_attach(R) != IVSHM_OK)
+    tu_region_path(heap_region_path, sizeof(heap_region_path), "heap");
+    if (tu_format(heap_region_path, REGION_SIZE, 16, 5000) != IVSHM_OK ||
+        ivshm_region_open(tu_uri(heap_region_path), 0, &heap_region) != IVSHM_OK ||
+        ivshm_attach(heap_region) != IVSHM_OK)
         return -1;
-    return ivshm_heap_attach(&backend);
+    return ivshm_heap_attach(&heap_region_backend);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    ivshm_heap_detach(keep, NULL);
-    ivshm_region_close(R);
-    R = NULL;
-    unlink(path);
+    ivshm_heap_detach(heap_region_keep, NULL);
+    ivshm_region_close(heap_region);
+    heap_region = NULL;
+    unlink(heap_region_path);
     return 0;
 }
 
@@ -52,35 +52,23 @@ static ivshm_heap_stats_t stats(void)
     return s;
 }
 
-static void fill(unsigned char *p, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (unsigned char)(i * 131u + seed);
-}
-static bool intact(const unsigned char *p, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        if (p[i] != (unsigned char)(i * 131u + seed))
-            return false;
-    return true;
-}
 
 /* A second backend is refused; small blocks stay with the C library,
  * large ones come from the region and go back to it. */
 static void test_placement(void **state)
 {
     (void)state;
-    assert_int_equal(ivshm_heap_attach(&backend), -1);
+    assert_int_equal(ivshm_heap_attach(&heap_region_backend), -1);
     ivshm_heap_stats_t s0 = stats();
     assert_int_equal(s0.threshold, IVSHM_HEAP_DEFAULT_MIN);
     char *small = malloc(100);
     assert_non_null(small);
-    assert_false(in_region(small, 100));
+    assert_false(heap_region_holds(small, 100));
     char *big = malloc(MIB);
-    assert_true(in_region(big, MIB));
+    assert_true(heap_region_holds(big, MIB));
     assert_true(malloc_usable_size(big) >= MIB);
-    fill((unsigned char *)big, MIB, 1);
-    assert_true(intact((unsigned char *)big, MIB, 1));
+    heap_fill((unsigned char *)big, MIB, 1);
+    assert_true(heap_intact((unsigned char *)big, MIB, 1));
     ivshm_heap_stats_t s1 = stats();
     assert_int_equal(s1.region_allocs, s0.region_allocs + 1);
     assert_int_equal(s1.region_live, s0.region_live + 1);
@@ -94,8 +82,8 @@ static void test_placement(void **state)
     /* just below and at the threshold */
     char *below = malloc(IVSHM_HEAP_DEFAULT_MIN - 1);
     char *at = malloc(IVSHM_HEAP_DEFAULT_MIN);
-    assert_false(in_region(below, 1));
-    assert_true(in_region(at, IVSHM_HEAP_DEFAULT_MIN));
+    assert_false(heap_region_holds(below, 1));
+    assert_true(heap_region_holds(at, IVSHM_HEAP_DEFAULT_MIN));
     free(below);
     free(at);
 }
@@ -104,7 +92,7 @@ static void test_calloc_and_aligned(void **state)
 {
     (void)state;
     unsigned char *d = malloc(MIB);
-    assert_true(in_region(d, MIB));
+    assert_true(heap_region_holds(d, MIB));
     memset(d, 0xab, MIB);
     /* read back, so that the compiler keeps the stores before free */
     assert_int_equal(((volatile unsigned char *)d)[MIB - 1], 0xab);
@@ -118,19 +106,19 @@ static void test_calloc_and_aligned(void **state)
     assert_null(calloc(huge, 4)); /* overflow */
     void *p = NULL;
     assert_int_equal(posix_memalign(&p, 4096, MIB), 0);
-    assert_true(in_region(p, MIB));
+    assert_true(heap_region_holds(p, MIB));
     free(p);
     /* alignments above a page are the C library's, and honoured */
     assert_int_equal(posix_memalign(&p, 2 * MIB, MIB), 0);
-    assert_false(in_region(p, 1));
+    assert_false(heap_region_holds(p, 1));
     assert_int_equal((uintptr_t)p % (2 * MIB), 0);
     free(p);
     assert_int_equal(posix_memalign(&p, 3, MIB), EINVAL);
     p = aligned_alloc(4096, 2 * MIB);
-    assert_true(in_region(p, 2 * MIB));
+    assert_true(heap_region_holds(p, 2 * MIB));
     free(p);
     p = valloc(MIB);
-    assert_true(in_region(p, MIB));
+    assert_true(heap_region_holds(p, MIB));
     free(p);
 }
 
@@ -141,19 +129,19 @@ static void test_realloc_across_threshold(void **state)
     (void)state;
     size_t small = 1000, big = 3 * MIB;
     unsigned char *p = malloc(small);
-    fill(p, small, 7);
+    heap_fill(p, small, 7);
     p = realloc(p, big);
-    assert_true(in_region(p, big));
-    assert_true(intact(p, small, 7));
-    fill(p, big, 9);
+    assert_true(heap_region_holds(p, big));
+    assert_true(heap_intact(p, small, 7));
+    heap_fill(p, big, 9);
     unsigned char *q = realloc(p, 2 * MIB); /* shrinks in place */
     assert_ptr_equal(q, p);
     q = realloc(q, 100); /* below the threshold: back to the C library */
-    assert_false(in_region(q, 1));
-    assert_true(intact(q, 100, 9));
+    assert_false(heap_region_holds(q, 1));
+    assert_true(heap_intact(q, 100, 9));
     q = reallocarray(q, 1024, 1024);
-    assert_true(in_region(q, MIB));
-    assert_true(intact(q, 100, 9));
+    assert_true(heap_region_holds(q, MIB));
+    assert_true(heap_intact(q, 100, 9));
     volatile size_t huge = SIZE_MAX / 2;
     assert_null(reallocarray(q, huge, 4));
     assert_null(realloc(q, 0)); /* frees */
@@ -171,13 +159,13 @@ static void test_full_region(void **state)
     for (int i = 0; i < N; i++) { /* 128 MiB into a 64 MiB region */
         b[i] = malloc(MIB);
         assert_non_null(b[i]);
-        in += in_region(b[i], MIB);
-        fill(b[i], MIB, (unsigned)i);
+        in += heap_region_holds(b[i], MIB);
+        heap_fill(b[i], MIB, (unsigned)i);
     }
     assert_true(in > 16 && in < N);
     assert_true(stats().fallbacks >= fb + (N - in));
     for (int i = 0; i < N; i++) {
-        assert_true(intact(b[i], MIB, (unsigned)i));
+        assert_true(heap_intact(b[i], MIB, (unsigned)i));
         free(b[i]);
     }
     assert_int_equal(stats().region_live, 0);
@@ -195,16 +183,16 @@ static void *churn(void *arg)
     for (int it = 0; it < 3000; it++) {
         int k = (int)(rand_r(&seed) % SLOTS);
         if (held[k]) {
-            if (!intact(held[k], len[k], tag[k]))
+            if (!heap_intact(held[k], len[k], tag[k]))
                 return (void *)1;
             if (rand_r(&seed) % 4 == 0) {
                 size_t n = (rand_r(&seed) % 2) ? (size_t)200 : (size_t)(rand_r(&seed) % (3 * MIB)) + 1;
                 unsigned char *r = realloc(held[k], n);
-                if (!r || !intact(r, n < len[k] ? n : len[k], tag[k]))
+                if (!r || !heap_intact(r, n < len[k] ? n : len[k], tag[k]))
                     return (void *)1;
                 held[k] = r;
                 len[k] = n;
-                fill(r, n, tag[k]);
+                heap_fill(r, n, tag[k]);
                 continue;
             }
             free(held[k]);
@@ -217,10 +205,10 @@ static void *churn(void *arg)
         if (!held[k])
             return (void *)1;
         tag[k] = seed;
-        fill(held[k], len[k], tag[k]);
+        heap_fill(held[k], len[k], tag[k]);
     }
     for (int k = 0; k < SLOTS; k++) {
-        if (held[k] && !intact(held[k], len[k], tag[k]))
+        if (held[k] && !heap_intact(held[k], len[k], tag[k]))
             return (void *)1;
         free(held[k]);
     }
@@ -244,7 +232,7 @@ static void test_threads(void **state)
     assert_int_equal(stats().region_live, 0);
     /* every chunk came back: the whole heap is one free run again */
     void *all = malloc(48 * MIB);
-    assert_true(in_region(all, 48 * MIB));
+    assert_true(heap_region_holds(all, 48 * MIB));
     free(all);
 }
 
@@ -254,12 +242,12 @@ static void test_fork_child_writes(void **state)
 {
     (void)state;
     unsigned char *p = malloc(4 * MIB);
-    assert_true(in_region(p, 4 * MIB));
-    fill(p, 4 * MIB, 3);
+    assert_true(heap_region_holds(p, 4 * MIB));
+    heap_fill(p, 4 * MIB, 3);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        int rc = intact(p, 4 * MIB, 3) ? 0 : 10; /* the child's copy */
+        int rc = heap_intact(p, 4 * MIB, 3) ? 0 : 10; /* the child's copy */
         memset(p, 0xee, 4 * MIB);
         free(p); /* its own copy, not the parent's chunks */
         unsigned char *q = malloc(2 * MIB);
@@ -273,14 +261,14 @@ static void test_fork_child_writes(void **state)
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
-    assert_true(intact(p, 4 * MIB, 3));
-    assert_true(in_region(p, 4 * MIB));
+    assert_true(heap_intact(p, 4 * MIB, 3));
+    assert_true(heap_region_holds(p, 4 * MIB));
     assert_int_equal(stats().attached, 1);
     /* the parent's chunks were not freed by the child */
-    uint64_t off = (uint64_t)(p - (unsigned char *)ivshm_region_base(R));
-    assert_int_equal(ivshm_free(R, off), IVSHM_OK);
-    assert_int_equal(ivshm_alloc(R, 4 * MIB, &off), IVSHM_OK);
-    assert_ptr_equal((unsigned char *)ivshm_region_base(R) + off, p);
+    uint64_t off = (uint64_t)(p - (unsigned char *)ivshm_region_base(heap_region));
+    assert_int_equal(ivshm_free(heap_region, off), IVSHM_OK);
+    assert_int_equal(ivshm_alloc(heap_region, 4 * MIB, &off), IVSHM_OK);
+    assert_ptr_equal((unsigned char *)ivshm_region_base(heap_region) + off, p);
     free(p);
 }
 
@@ -289,7 +277,7 @@ static void test_fork_exec(void **state)
 {
     (void)state;
     unsigned char *p = malloc(MIB);
-    fill(p, MIB, 5);
+    heap_fill(p, MIB, 5);
     pid_t pid = fork();
     if (pid == 0) {
         execl("/bin/sh", "sh", "-c", "exit 3", (char *)NULL);
@@ -303,7 +291,7 @@ static void test_fork_exec(void **state)
     assert_int_equal(posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, environ), 0);
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_int_equal(WEXITSTATUS(st), 4);
-    assert_true(intact(p, MIB, 5));
+    assert_true(heap_intact(p, MIB, 5));
     free(p);
 }
 
@@ -317,37 +305,37 @@ static void test_detach_keeps_blocks(void **state)
     /* one byte past a page: its last page must be the block's too */
     const size_t odd = 17 * 4096 + 1;
     unsigned char *o = malloc(odd);
-    fill(a, MIB, 21);
-    fill(b, 3 * MIB, 22);
-    fill(o, odd, 24);
-    assert_true(in_region(a, MIB) && in_region(b, 3 * MIB));
-    assert_true(in_region(o, odd));
+    heap_fill(a, MIB, 21);
+    heap_fill(b, 3 * MIB, 22);
+    heap_fill(o, odd, 24);
+    assert_true(heap_region_holds(a, MIB) && heap_region_holds(b, 3 * MIB));
+    assert_true(heap_region_holds(o, odd));
     assert_true(malloc_usable_size(o) >= odd);
     uint64_t moved = stats().moved;
-    assert_int_equal(ivshm_heap_detach(keep, NULL), 3);
+    assert_int_equal(ivshm_heap_detach(heap_region_keep, NULL), 3);
     assert_int_equal(stats().moved, moved + 3);
     assert_int_equal(stats().attached, 0);
     /* the chunks went back to the region while our lease held them */
     uint64_t off;
-    assert_int_equal(ivshm_alloc(R, 48 * MIB, &off), IVSHM_OK);
-    assert_int_equal(ivshm_free(R, off), IVSHM_OK);
-    ivshm_region_close(R);
-    R = NULL;
-    assert_true(intact(a, MIB, 21));
-    assert_true(intact(b, 3 * MIB, 22));
-    assert_true(intact(o, odd, 24)); /* its last byte moved with it */
+    assert_int_equal(ivshm_alloc(heap_region, 48 * MIB, &off), IVSHM_OK);
+    assert_int_equal(ivshm_free(heap_region, off), IVSHM_OK);
+    ivshm_region_close(heap_region);
+    heap_region = NULL;
+    assert_true(heap_intact(a, MIB, 21));
+    assert_true(heap_intact(b, 3 * MIB, 22));
+    assert_true(heap_intact(o, odd, 24)); /* its last byte moved with it */
     assert_true(malloc_usable_size(o) >= odd);
-    fill(o, odd, 25);
+    heap_fill(o, odd, 25);
     free(o);
-    fill(a, MIB, 23); /* writable, private */
-    assert_true(intact(a, MIB, 23));
+    heap_fill(a, MIB, 23); /* writable, private */
+    assert_true(heap_intact(a, MIB, 23));
     assert_int_equal(malloc_usable_size(b), 3 * MIB);
     unsigned char *c = realloc(b, 4 * MIB);
-    assert_true(intact(c, 3 * MIB, 22));
+    assert_true(heap_intact(c, 3 * MIB, 22));
     free(a);
     free(c);
     free(small);
-    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &R), IVSHM_OK);
+    assert_int_equal(ivshm_region_open(tu_uri(heap_region_path), 0, &heap_region), IVSHM_OK);
 }
 
 int main(void)

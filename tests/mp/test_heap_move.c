@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "../testutil.h"
-#include "heap_backend.h"
+#include "../heap_region.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -28,16 +28,16 @@
 /* This process' own lease on the region, and the heap on it. */
 static int join_region(void)
 {
-    if (ivshm_region_open(tu_uri(path), 0, &R) != IVSHM_OK || ivshm_attach(R) != IVSHM_OK)
+    if (ivshm_region_open(tu_uri(heap_region_path), 0, &heap_region) != IVSHM_OK || ivshm_attach(heap_region) != IVSHM_OK)
         return -1;
-    return ivshm_heap_attach(&backend);
+    return ivshm_heap_attach(&heap_region_backend);
 }
 
 static int setup(void **state)
 {
     (void)state;
-    tu_region_path(path, sizeof(path), "heapmove");
-    if (tu_format(path, REGION_SIZE, 16, 5000) != IVSHM_OK)
+    tu_region_path(heap_region_path, sizeof(heap_region_path), "heapmove");
+    if (tu_format(heap_region_path, REGION_SIZE, 16, 5000) != IVSHM_OK)
         return -1;
     return join_region();
 }
@@ -45,11 +45,11 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    ivshm_heap_detach(keep, NULL);
-    if (R)
-        ivshm_region_close(R);
-    R = NULL;
-    unlink(path);
+    ivshm_heap_detach(heap_region_keep, NULL);
+    if (heap_region)
+        ivshm_region_close(heap_region);
+    heap_region = NULL;
+    unlink(heap_region_path);
     return 0;
 }
 
@@ -90,7 +90,7 @@ static void test_fork_child_sees_fork_time(void **state)
     (void)state;
     const size_t len = 64 * MIB;
     unsigned char *p = malloc(len);
-    assert_true(in_region(p, len));
+    assert_true(heap_region_holds(p, len));
     memset(p, 0xa1, len);
     int go[2], res[2];
     assert_int_equal(pipe(go), 0);
@@ -146,7 +146,7 @@ static void test_fork_parent_keeps_no_copy(void **state)
     (void)state;
     const size_t len = 16 * MIB;
     unsigned char *p = malloc(len);
-    assert_true(in_region(p, len));
+    assert_true(heap_region_holds(p, len));
     memset(p, 0x5c, len);
     long before = vm_pages();
     for (int i = 0; i < 4; i++) {
@@ -221,7 +221,7 @@ static void test_detach_loses_no_write(void **state)
     (void)state;
     for (int b = 0; b < BLOCKS; b++) {
         blk[b] = malloc(BLOCK_LEN);
-        assert_true(in_region(blk[b], BLOCK_LEN));
+        assert_true(heap_region_holds(blk[b], BLOCK_LEN));
         memset(blk[b], 0, BLOCK_LEN);
     }
     memset(last_written, 0, sizeof(last_written));
@@ -234,7 +234,7 @@ static void test_detach_loses_no_write(void **state)
     unsigned long before = 0, after = 0;
     for (int w = 0; w < WRITERS; w++)
         before += atomic_load(&passes[w]);
-    assert_int_equal(ivshm_heap_detach(keep, NULL), BLOCKS);
+    assert_int_equal(ivshm_heap_detach(heap_region_keep, NULL), BLOCKS);
     for (int w = 0; w < WRITERS; w++)
         after += atomic_load(&passes[w]);
     wait_passes(2);
@@ -249,8 +249,8 @@ static void test_detach_loses_no_write(void **state)
         print_message("%lu writes into %u pages were lost\n", lost, PAGES);
     assert_int_equal(lost, 0);
     assert_true(after > before); /* they wrote while the blocks moved */
-    ivshm_region_close(R); /* the blocks are private: they stay */
-    R = NULL;
+    ivshm_region_close(heap_region); /* the blocks are private: they stay */
+    heap_region = NULL;
     for (size_t i = 0; i < PAGES; i++)
         assert_true(*page_word(i) == last_written[i]);
     for (int b = 0; b < BLOCKS; b++)
@@ -309,10 +309,10 @@ static void crash_child(bool with_app_handler)
     pthread_t th;
     if (pthread_create(&th, NULL, crasher, NULL))
         _exit(3);
-    R = NULL; /* the parent's handle and lease stay the parent's */
+    heap_region = NULL; /* the parent's handle and lease stay the parent's */
     for (int round = 0; round < 20; round++) {
-        if (R)
-            ivshm_region_close(R);
+        if (heap_region)
+            ivshm_region_close(heap_region);
         if (join_region())
             _exit(4);
         unsigned char *b[BLOCKS];
