@@ -199,14 +199,14 @@ void *reallocarray(void *p, size_t n, size_t size)
     return realloc(p, total);
 }
 
-/* The aligned entry points take glibc 2.36's rules (docs/heap.md,
- * "Conformance"); tests/mp/test_heap_conform.sh holds them to glibc.
- * memalign and aligned_alloc are one function there: an alignment up to
- * malloc's own (16) is malloc's, any other rounds up to a power of two,
- * and only one above the largest power of two is refused (EINVAL).
- * Region chunks are page aligned, so the region serves every alignment up
- * to a page, whatever its form; the C library takes the larger ones and
- * judges them itself. */
+/* The aligned entry points keep the C library's rules, whatever its
+ * version (docs/heap.md, "Conformance"; tests/mp/test_heap_conform.sh
+ * holds them to glibc). glibc's memalign serves an alignment up to
+ * malloc's own (16) as malloc, rounds any other up to a power of two and
+ * refuses (EINVAL) only one above the largest power of two. Region chunks
+ * are page aligned, so the region serves every alignment up to a page
+ * that memalign accepts; the C library takes the larger ones and judges
+ * them itself. */
 static void *aligned(size_t align, size_t size)
 {
     void *p = align <= heap.page ? region_alloc(size) : NULL;
@@ -215,7 +215,24 @@ static void *aligned(size_t align, size_t size)
 
 void *memalign(size_t align, size_t size) { return aligned(align, size); }
 
-void *aligned_alloc(size_t align, size_t size) { return aligned(align, size); }
+/* The next aligned_alloc in the lookup order (the C library's), found at
+ * init; NULL before init or where there is none. */
+static void *(*next_aligned_alloc)(size_t align, size_t size);
+
+/* aligned_alloc's rules differ between glibc versions: up to 2.37 it is
+ * memalign; from 2.38 an alignment that is not a power of two (0
+ * included) is refused with EINVAL. So the heap serves only the
+ * alignments every version serves (powers of two up to a page) and hands
+ * any other to the C library's aligned_alloc, whose answer it keeps. */
+void *aligned_alloc(size_t align, size_t size)
+{
+    bool ours = align && !(align & (align - 1)) && align <= heap.page;
+    void *p = ours ? region_alloc(size) : NULL;
+    if (p)
+        return p;
+    return next_aligned_alloc ? next_aligned_alloc(align, size)
+                              : __libc_memalign(align, size);
+}
 
 /* a power of two multiple of sizeof(void *), as POSIX and glibc ask */
 int posix_memalign(void **out, size_t align, size_t size)
@@ -307,5 +324,6 @@ __attribute__((constructor)) static void heap_init(void)
     size_t min = parse_size(getenv(IVSHM_HEAP_ENV_MIN), IVSHM_HEAP_DEFAULT_MIN);
     heap.min = min < heap.page ? heap.page : min;
     heap.libc_usable = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+    next_aligned_alloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "aligned_alloc");
     pthread_atfork(heap__fork_prepare, heap__fork_parent, heap__fork_child);
 }

@@ -66,7 +66,9 @@ static inline bool ivshmem_range_held(ivshm_ep_t *ep, uint32_t owner,
  * most, the owner checked before each: a target that dies during a large
  * put is noticed within one piece (about 0.1 ms of copying), far within
  * the lease timeout for which the chunks of an owner proven dead are not
- * handed out again (DESIGN.md section 3, invariant 9). */
+ * handed out again (DESIGN.md section 3, invariant 9). They do not protect
+ * a copier that is itself paused between its check and its store for
+ * longer than the cooling period (docs/lifetimes.md, decision 2). */
 #define IVSHMEM_RDMA_PIECE (1u << 20)
 
 /* The check a copy asks for before each piece, and for the whole range

@@ -14,6 +14,8 @@
 #include "opal/util/output.h"
 #include "opal/util/proc.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,12 +42,17 @@ static const char *verbs_why_not(const mca_btl_ivshmem_modex_t *mx,
     return NULL;
 }
 
-int ivshmem_verbs_peer(void)
+/* The answer of ivshmem_verbs_peer, "no" (-1) as well as a rank: decided
+ * once, by the first caller, while any other caller waits in pthread_once
+ * (MPI_Alloc_mem may come from several threads under
+ * MPI_THREAD_MULTIPLE), so a job without a verbs peer asks the modex of
+ * each rank once in all. */
+static pthread_once_t verbs_peer_once = PTHREAD_ONCE_INIT;
+static _Atomic int verbs_peer_found = -1;
+
+static void verbs_peer_decide(void)
 {
-    static int peer = -2; /* -2: not decided yet */
-    if (peer != -2)
-        return peer;
-    peer = -1;
+    int peer = -1;
     for (uint32_t vpid = 0; IVSHMEM_VERBS->conns &&
                             vpid < IVSHMEM_VERBS->nconns && peer < 0;
          vpid++) {
@@ -65,7 +72,14 @@ int ivshmem_verbs_peer(void)
             peer = (int)vpid;
         free(mx);
     }
-    return peer;
+    /* pairs with the acquire load in ivshmem_verbs_peer */
+    atomic_store_explicit(&verbs_peer_found, peer, memory_order_release);
+}
+
+int ivshmem_verbs_peer(void)
+{
+    pthread_once(&verbs_peer_once, verbs_peer_decide);
+    return atomic_load_explicit(&verbs_peer_found, memory_order_acquire);
 }
 
 ivshmem_verbs_conn_t *ivshmem_verbs_conn_for(uint32_t vpid, const char **why)

@@ -9,12 +9,18 @@
  * whether realloc kept the bytes): never an address, so that the two runs
  * print the same lines when the heap behaves as glibc does.
  *
- * Each run also asserts what glibc 2.36 documents and does (messages on
+ * Each run also asserts what glibc documents and does (messages on
  * stderr, exit 1): NULL with ENOMEM for sizes no memory holds and for
  * overflowing products, EINVAL for alignments no power of two can give,
- * errno untouched on success and by free. With --heap, blocks of the
- * heap's threshold (64 KiB) and more must come from the region, and
- * alignments above a page from the C library.
+ * errno untouched on success and by free. One rule differs between
+ * versions: aligned_alloc with an alignment that is not a power of two (0
+ * included) is memalign's up to glibc 2.37 (rounded up: a block), and
+ * refused with EINVAL from 2.38; the version comes from
+ * gnu_get_libc_version(), or 2.38's rule when the script preloads its
+ * stand-in (aligned_alloc_c17.c). With --heap, blocks of the heap's
+ * threshold (64 KiB) and more must come from the region, and alignments
+ * above a page, or that aligned_alloc leaves to the C library, from the
+ * C library.
  *
  *   heap_conform [--heap]
  */
@@ -23,6 +29,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <gnu/libc-version.h>
 #include <malloc.h>
 
 #define KIB ((size_t)1024)
@@ -31,9 +38,11 @@
 #define SENTINEL EXDEV /* errno before each call: a call that sets it shows */
 
 enum place { ANY, REGION, LIBC };
-enum want { BLOCK, NOMEM, INVAL, FREED, FAILED /* NULL, errno not asserted */ };
+enum want { BLOCK, NOMEM, INVAL, FREED, FAILED /* NULL, errno not asserted */,
+             ODD_ALIGN /* aligned_alloc, no power of two: by version */ };
 
 static bool heap_run;
+static bool c17_aligned_alloc; /* glibc 2.38's aligned_alloc rule */
 static size_t page;
 static int failures;
 static void (*stats_fn)(ivshm_heap_stats_t *);
@@ -153,9 +162,9 @@ static const struct check checks[] = {
     C2(F_REALLOCARRAY, 1024, 1024, BLOCK, REGION),
     C2(F_REALLOCARRAY, SIZE_MAX, 2, NOMEM, ANY),
     C2(F_REALLOCARRAY, SIZE_MAX / 2 + 1, 2, NOMEM, ANY),
-    /* memalign and aligned_alloc (one function in glibc 2.36): alignments
-     * up to 16 are malloc's, others round up to a power of two, above
-     * SIZE_MAX/2+1 EINVAL */
+    /* memalign (aligned_alloc too, up to glibc 2.37): alignments up to 16
+     * are malloc's, others round up to a power of two, above SIZE_MAX/2+1
+     * EINVAL */
     C2(F_MEMALIGN, 0, 100, BLOCK, LIBC),
     C2(F_MEMALIGN, 1, 100, BLOCK, LIBC),
     C2(F_MEMALIGN, 3, 100, BLOCK, LIBC),
@@ -178,12 +187,19 @@ static const struct check checks[] = {
     C2(F_MEMALIGN, SIZE_MAX / 2 + 1, 1, NOMEM, ANY),
     C2(F_MEMALIGN, SIZE_MAX / 2 + 1 + 1, 1, INVAL, ANY),
     C2(F_MEMALIGN, SIZE_MAX, 1, INVAL, ANY),
-    C2(F_ALIGNED_ALLOC, 0, 100, BLOCK, LIBC),
-    C2(F_ALIGNED_ALLOC, 3, 100, BLOCK, LIBC),
-    C2(F_ALIGNED_ALLOC, 48, 96, BLOCK, LIBC),
+    /* aligned_alloc: memalign's up to glibc 2.37; from 2.38 an alignment
+     * that is not a power of two is refused (ODD_ALIGN). The heap serves
+     * powers of two up to a page and leaves the others to glibc. */
+    C2(F_ALIGNED_ALLOC, 0, 100, ODD_ALIGN, LIBC),
+    C2(F_ALIGNED_ALLOC, 3, 100, ODD_ALIGN, LIBC),
+    C2(F_ALIGNED_ALLOC, 48, 96, ODD_ALIGN, LIBC),
+    C2(F_ALIGNED_ALLOC, 1, 100, BLOCK, LIBC),
     C2(F_ALIGNED_ALLOC, 64, 100, BLOCK, LIBC),
     C2(F_ALIGNED_ALLOC, 4096, 0, BLOCK, LIBC),
-    C2(F_ALIGNED_ALLOC, 48, 1 * MIB, BLOCK, REGION),
+    C2(F_ALIGNED_ALLOC, 0, 1 * MIB, ODD_ALIGN, LIBC),
+    C2(F_ALIGNED_ALLOC, 48, 1 * MIB, ODD_ALIGN, LIBC),
+    C2(F_ALIGNED_ALLOC, 3000, 1 * MIB, ODD_ALIGN, LIBC),
+    C2(F_ALIGNED_ALLOC, 16, 1 * MIB, BLOCK, REGION),
     C2(F_ALIGNED_ALLOC, 4096, 2 * MIB, BLOCK, REGION),
     C2(F_ALIGNED_ALLOC, 65536, 1 * MIB, BLOCK, LIBC),
     C2(F_ALIGNED_ALLOC, 64, SIZE_MAX, NOMEM, ANY),
@@ -292,18 +308,19 @@ static void run_table(void)
         snprintf(what, sizeof(what), "%s%s)", fn_name[c->fn], c->args);
         int rc, err;
         void *p = call(c, &rc, &err);
+        enum want want = c->want == ODD_ALIGN ? (c17_aligned_alloc ? INVAL : BLOCK) : c->want;
         size_t size, align;
         needs(c, &size, &align);
         if (c->fn == F_POSIX_MEMALIGN) {
             /* its errno on failure is glibc's side effect: compared with
              * the reference run, not asserted */
             report(what, p, err, p ? BLOCK : FAILED, size, align, c->place, false);
-            int want_rc = c->want == BLOCK ? 0 : c->want == INVAL ? EINVAL : ENOMEM;
+            int want_rc = want == BLOCK ? 0 : want == INVAL ? EINVAL : ENOMEM;
             printf(" rc=%s", err_name(rc));
             if (rc != want_rc)
                 bad(what, "posix_memalign returned another code than glibc's");
         } else {
-            report(what, p, err, c->want, size, align, c->place, c->fn == F_CALLOC);
+            report(what, p, err, want, size, align, c->place, c->fn == F_CALLOC);
         }
         if (c->fn == F_PVALLOC && p) /* glibc 2.36: not for pvalloc(0) */
             printf(" whole_page=%s", malloc_usable_size(p) >= page ? "yes" : "no");
@@ -415,6 +432,14 @@ int main(int argc, char **argv)
 {
     heap_run = argc > 1 && !strcmp(argv[1], "--heap");
     page = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned major = 0, minor = 0;
+    sscanf(gnu_get_libc_version(), "%u.%u", &major, &minor);
+    c17_aligned_alloc = major > 2 || (major == 2 && minor >= 38) ||
+                        dlsym(RTLD_DEFAULT, "heap_conform_aligned_alloc_c17");
+    fprintf(stderr, "glibc %s%s: aligned_alloc %s alignments that are not powers of two\n",
+            gnu_get_libc_version(),
+            dlsym(RTLD_DEFAULT, "heap_conform_aligned_alloc_c17") ? " with 2.38's aligned_alloc" : "",
+            c17_aligned_alloc ? "refuses" : "rounds up");
     if (heap_run && attach_heap() != 0)
         return 1;
     /* calloc must clear what a chunk held: dirty the first chunks */
