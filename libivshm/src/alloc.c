@@ -64,8 +64,11 @@ static bool claim_run(ivshm_region_t *r, uint64_t tag, uint32_t n,
         }
         if (k < n) {
             /* lost a race: hand back what we took, move past the conflict */
-            while (k-- > 0)
-                atomic_store(&ivshm__chunk(r, start + k)->owner, 0);
+            while (k-- > 0) {
+                uint64_t ours = tag; /* only ours: never another's claim */
+                atomic_compare_exchange_strong(
+                    &ivshm__chunk(r, start + k)->owner, &ours, 0);
+            }
             start++;
             continue;
         }
@@ -187,18 +190,32 @@ ivshm_status_t ivshm_region_owned(ivshm_region_t *r,
     return IVSHM_OK;
 }
 
+bool ivshm__release_chunk(struct ivshm_chunk *k, uint64_t tag, uint64_t to)
+{
+    /* The owner moves first, and the run is cleared only while the chunk
+     * is still in our hands: once it is free, a new owner may publish its
+     * own run there (A0), which a late clear by a slow collector would
+     * erase. A chunk set free passes through cooling (which only the
+     * sweep frees, a lease timeout later) while its run is cleared. */
+    uint64_t held = to ? to : COOL_TAG(ivshm__now_ns() / 1000000u);
+    uint64_t t = tag;
+    IVSHM_TEST_STEP("chunk-release");
+    if (!atomic_compare_exchange_strong(&k->owner, &t, held))
+        return false;
+    atomic_store(&k->run, 0);
+    if (to == 0)
+        atomic_compare_exchange_strong(&k->owner, &held, 0);
+    return true;
+}
+
 /* Gives every chunk of owner tag the tag to (0: free). */
 static unsigned retag_owned_by(ivshm_region_t *r, uint64_t tag, uint64_t to)
 {
     unsigned n = 0;
     for (uint32_t c = 0; c < r->g.chunk_count; c++) {
         struct ivshm_chunk *k = ivshm__chunk(r, c);
-        uint64_t t = tag;
-        if (atomic_load_explicit(&k->owner, memory_order_relaxed) != tag)
-            continue;
-        atomic_store(&k->run, 0);
-        if (atomic_compare_exchange_strong(&k->owner, &t, to))
-            n++;
+        if (atomic_load_explicit(&k->owner, memory_order_relaxed) == tag)
+            n += ivshm__release_chunk(k, tag, to);
     }
     return n;
 }

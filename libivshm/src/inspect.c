@@ -20,6 +20,16 @@ static ivshm_status_t require_valid(const ivshm_region_t *r)
                                   "region header is not valid");
 }
 
+/* Is the lease (or claim) in slot s, word w, in doubt (registry.c)? */
+static bool in_doubt(const ivshm_region_t *r, struct ivshm_reg_slot *s,
+                     uint64_t w, uint64_t now)
+{
+    bool by_pid;
+    unsigned st = SLOT_STATE(w);
+    return (st == SLOT_ALIVE || st == SLOT_CLAIMING) &&
+           ivshm__lease_verdict(r, s, w, now, &by_pid) == VERDICT_DOUBT;
+}
+
 ivshm_status_t ivshm_region_info(ivshm_region_t *r, ivshm_region_info_t *i)
 {
     ivshm_status_t st = require_valid(r);
@@ -43,12 +53,8 @@ ivshm_status_t ivshm_region_info(ivshm_region_t *r, ivshm_region_info_t *i)
     }
     for (uint32_t k = 0; k < r->g.reg_slots; k++) {
         uint64_t w = atomic_load(&ivshm__reg(r, k)->word);
-        bool by_pid;
         i->reg_used += SLOT_STATE(w) != 0;
-        i->reg_in_doubt += SLOT_STATE(w) == SLOT_ALIVE &&
-                           ivshm__lease_verdict(r, ivshm__reg(r, k), w,
-                                                ivshm__now_ns(),
-                                                &by_pid) == VERDICT_DOUBT;
+        i->reg_in_doubt += in_doubt(r, ivshm__reg(r, k), w, ivshm__now_ns());
     }
     for (uint32_t k = 0; k < r->g.job_slots; k++)
         i->job_used += JOB_STATE(atomic_load(&ivshm__jobs(r, k)->word)) != 0;
@@ -83,9 +89,7 @@ ivshm_status_t ivshm_region_proc(ivshm_region_t *r, uint32_t i,
     uint64_t hb = atomic_load(&s->heartbeat_ns);
     uint64_t now = ivshm__now_ns();
     p->heartbeat_age_ms = hb ? (int64_t)(now - hb) / 1000000 : -1;
-    bool by_pid;
-    p->in_doubt = p->state == SLOT_ALIVE &&
-                  ivshm__lease_verdict(r, s, w, now, &by_pid) == VERDICT_DOUBT;
+    p->in_doubt = in_doubt(r, s, w, now);
     for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
         p->job += atomic_load(&s->jobs[k]) != 0;
     copy_str(p->host, s->host, sizeof(p->host));

@@ -222,8 +222,8 @@ ivshm_status_t ivshm__fail_errno(int err, const char *what, const char *path);
 /* util.c */
 /* Fault-injection seam for the tests (tests/mp/test_chan_faults.c): called
  * with the name of the step a process is at (claim, lend, publish, grant,
- * ack, create, destroy, renew, job-claim, job-reclaim); NULL in
- * production. */
+ * ack, create, destroy, renew, job-claim, job-reclaim, attach-claim,
+ * chunk-release); NULL in production. */
 extern void (*ivshm__test_step)(const char *step);
 #define IVSHM_TEST_STEP(name)                                                \
     do {                                                                     \
@@ -305,6 +305,10 @@ ivshm_status_t ivshm__require_attached(const ivshm_region_t *r);
 ivshm_status_t ivshm__alloc_owned(ivshm_region_t *r, uint64_t tag,
                                   uint64_t size, uint64_t *off);
 unsigned ivshm__free_owned_by(ivshm_region_t *r, uint64_t tag);
+/* Gives chunk k the owner to (0: free) if tag still owns it, clearing its
+ * run; false if another took it first. The one way a collector releases a
+ * chunk. */
+bool ivshm__release_chunk(struct ivshm_chunk *k, uint64_t tag, uint64_t to);
 /* Moves the chunks of tag (an owner proven dead) to cooling, stamped now. */
 unsigned ivshm__cool_owned_by(ivshm_region_t *r, uint64_t tag);
 /* Frees cooling chunks whose lease timeout has passed. */

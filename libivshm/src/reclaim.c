@@ -4,9 +4,9 @@
  * them calls it). Attach collects once when the registry is full; detach
  * releases our own slot; gc takes the slots of leases whose owner is
  * proven dead (registry.c's verdict: a process of this VM whose pid is
- * gone or reused, a claim that expired owning nothing), jobs without live
- * members and chunks whose owner is gone. A lease of another VM whose
- * heartbeat expired is in doubt, not dead (its VM may be paused): it is
+ * gone or reused), jobs without live members and chunks whose owner is
+ * gone. A lease of another VM whose heartbeat expired, or a claim that
+ * expired, is in doubt, not dead (its VM may be paused): it is
  * kept, with its chunks and job memberships, until an admin forces
  * (ivshm_gc_force). Every take is a CAS on (generation, state), so a slow
  * owner is never raced, and a reclaimed process' chunks cool for one
@@ -55,7 +55,8 @@ ivshm_status_t ivshm_attach(ivshm_region_t *r)
         return ivshm__fail(IVSHM_ERR_REGISTRY_FULL,
                            "all %u registry slots of %s hold leases; these "
                            "are in doubt (heartbeat older than the lease "
-                           "timeout, owner in another VM, maybe paused):%s; "
+                           "timeout, owner in another VM or not done "
+                           "attaching, maybe paused):%s; "
                            "if their VMs are gone, run 'ivshm gc --force'",
                            r->g.reg_slots, r->uri, doubts);
     return ivshm__fail(IVSHM_ERR_REGISTRY_FULL,
@@ -145,10 +146,7 @@ static unsigned sweep_orphans(ivshm_region_t *r)
         bool valid;
         if (t == 0 || owner_live(r, t, &valid) || !valid)
             continue;
-        atomic_store(&k->run, 0);
-        if (atomic_compare_exchange_strong(
-                &k->owner, &t, OWNER_KIND(t) == OWNER_PROC ? cool : 0))
-            n++;
+        n += ivshm__release_chunk(k, t, OWNER_KIND(t) == OWNER_PROC ? cool : 0);
     }
     return n;
 }
