@@ -96,15 +96,14 @@ ivshm_status_t ivshm__alloc_owned(ivshm_region_t *r, uint64_t tag,
         memset((char *)r->base + *off, 0, (uint64_t)n << r->g.chunk_shift);
         return IVSHM_OK;
     }
-    /* the cause, where other processes' malloc'd arrays fill it */
-    char holders[320] = "";
-    ivshm__heap_holders(r, holders, sizeof(holders));
+    char cause[640] = "";
+    ivshm__full_region_cause(r, cause, sizeof(cause));
     return ivshm__fail(IVSHM_ERR_NOSPACE,
                        "region %s has no %llu free contiguous bytes (%u "
                        "chunks of %u bytes); run 'ivshm gc' or use a larger "
                        "region%s",
                        r->uri, (unsigned long long)size, n,
-                       1u << r->g.chunk_shift, holders);
+                       1u << r->g.chunk_shift, cause);
 }
 
 bool ivshm__range_owned(const ivshm_region_t *r, uint64_t off, uint64_t len,
@@ -230,7 +229,7 @@ unsigned ivshm__cool_owned_by(ivshm_region_t *r, uint64_t tag)
     return retag_owned_by(r, tag, COOL_TAG(ivshm__now_ns() / 1000000u));
 }
 
-bool ivshm__cooled(const ivshm_region_t *r, uint64_t tag, uint64_t now_ms)
+bool ivshm__cool_expired(const ivshm_region_t *r, uint64_t tag, uint64_t now_ms)
 {
     uint64_t t = COOL_MS(tag);
     return now_ms >= t && now_ms - t > r->g.lease_timeout_ms;
@@ -245,7 +244,7 @@ unsigned ivshm__sweep_cooled(ivshm_region_t *r)
         uint64_t t = atomic_load_explicit(owner, memory_order_relaxed);
         if (OWNER_KIND(t) != OWNER_COOL)
             continue;
-        if (ivshm__cooled(r, t, now_ms)) {
+        if (ivshm__cool_expired(r, t, now_ms)) {
             n += atomic_compare_exchange_strong(owner, &t, 0);
         } else if (COOL_MS(t) > now_ms + r->g.lease_timeout_ms) {
             /* a stamp from further ahead than the clocks of one host

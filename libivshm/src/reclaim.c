@@ -17,27 +17,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Appends the leases in doubt to msg (at most a few), for attach's
- * message when the registry is full; returns how many there are. */
-static unsigned describe_doubts(ivshm_region_t *r, char *msg, size_t len)
-{
-    unsigned n = 0;
-    size_t at = strlen(msg);
-    for (uint32_t i = 0; i < r->g.reg_slots; i++) {
-        ivshm_proc_info_t p;
-        if (ivshm_region_proc(r, i, &p) != IVSHM_OK || !p.in_doubt)
-            continue;
-        if (n++ < 4 && at < len)
-            at += (size_t)snprintf(msg + at, len - at,
-                                   "%s slot %u (vm %016llx, pid %u, "
-                                   "heartbeat %lld ms ago)",
-                                   n > 1 ? "," : "", i,
-                                   (unsigned long long)p.vm_id, p.pid,
-                                   (long long)p.heartbeat_age_ms);
-    }
-    return n;
-}
-
 ivshm_status_t ivshm_attach(ivshm_region_t *r)
 {
     if (r->attached)
@@ -51,7 +30,7 @@ ivshm_status_t ivshm_attach(ivshm_region_t *r)
     if (ivshm__try_claim(r) == IVSHM_OK)
         return IVSHM_OK;
     char doubts[256] = "";
-    if (describe_doubts(r, doubts, sizeof(doubts)) > 0)
+    if (ivshm__describe_doubts(r, false, doubts, sizeof(doubts)) > 0)
         return ivshm__fail(IVSHM_ERR_REGISTRY_FULL,
                            "all %u registry slots of %s hold leases; these "
                            "are in doubt (heartbeat older than the lease "

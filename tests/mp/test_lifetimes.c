@@ -651,6 +651,33 @@ static void test_registry_full_of_doubt(void **state)
     ivshm_region_close(x);
 }
 
+/* A region full because of a lease in doubt: the allocator's message names
+ * it and the remedy, as attach's does for a full registry. */
+static void test_full_region_names_doubt(void **state)
+{
+    (void)state;
+    ivshm_region_t *x = open_as("vm-x"), *y = open_as("vm-y");
+    assert_non_null(x);
+    assert_non_null(y);
+    uint64_t off;
+    assert_int_equal(ivshm_alloc(x, 8 * MIB, &off), IVSHM_OK);
+    ivshm_identity_t xid;
+    assert_int_equal(ivshm_self_identity(x, &xid), IVSHM_OK);
+    atomic_store(&ivshm__reg(x, x->slot)->heartbeat_ns,
+                 ivshm__now_ns() - ivshm__ms_to_ns(10000));
+    assert_int_equal(ivshm_alloc(y, 12 * MIB, &off), IVSHM_ERR_NOSPACE);
+    const char *m = ivshm_last_error();
+    char want[128];
+    snprintf(want, sizeof(want), "slot %u (vm %016llx, pid %u, heartbeat ",
+             xid.slot, (unsigned long long)xid.vm_id, xid.pid);
+    if (!strstr(m, "in doubt") || !strstr(m, want) ||
+        !strstr(m, "8.0 MiB") || !strstr(m, "ivshm gc --force"))
+        fail_msg("the full region's message does not name the lease in "
+                 "doubt (%s): %s", want, m);
+    ivshm_region_close(y);
+    ivshm_region_close(x);
+}
+
 /* Two containers of one VM that share its network and host name but not
  * its pid namespace judge each other's pids by different pid tables: they
  * must not share a VM id (a gc would take ESRCH in its own table for a
@@ -713,6 +740,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_late_release_spares_new_owner,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_full_region_names_doubt, setup,
+                                        teardown),
         cmocka_unit_test(test_pid_namespace_splits_vm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
