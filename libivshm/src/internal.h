@@ -343,7 +343,9 @@ unsigned ivshm__describe_doubts(ivshm_region_t *r, bool holding, char *buf,
                                 size_t cap);
 
 /* job.c */
-unsigned ivshm__job_gc(ivshm_region_t *r, unsigned *chunks);
+/* Releases jobs without live members, their areas freed (cool: cooled,
+ * after a forced release of members); returns how many. */
+unsigned ivshm__job_gc(ivshm_region_t *r, bool cool, unsigned *chunks);
 uint32_t ivshm__job_gen(const ivshm_job_t *j);
 /* Reads job slot i's area once and checks that job (i, gen) owns every
  * chunk of it. */

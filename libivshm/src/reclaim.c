@@ -89,7 +89,7 @@ ivshm_status_t ivshm_detach(ivshm_region_t *r)
                            r->slot);
     release_slot(r, r->slot, r->gen, false);
     unsigned chunks = 0;
-    ivshm__job_gc(r, &chunks); /* our job may have lost its last member */
+    ivshm__job_gc(r, false, &chunks); /* our job may have lost its last member */
     return IVSHM_OK;
 }
 
@@ -208,7 +208,11 @@ static ivshm_status_t collect(ivshm_region_t *r, bool force,
                            "cannot collect on an invalid or read-only region");
     ivshm_gc_stats_t local = {0};
     local.procs_reclaimed = reclaim_procs(r, force, released, arg, &local);
-    local.jobs_reclaimed = ivshm__job_gc(r, &local.chunks_freed);
+    /* the jobs that a forced release left without members: a member that
+     * was only paused may resume and copy into the area (lifetimes.md) */
+    local.jobs_reclaimed =
+        ivshm__job_gc(r, force && local.procs_reclaimed > 0,
+                      &local.chunks_freed);
     local.chunks_freed += sweep_orphans(r);
     ivshm__sweep_cooled(r);
     if (stats)
