@@ -619,21 +619,6 @@ static void test_gc_force_releases_doubt(void **state)
     ivshm_region_close(b);
 }
 
-/* Joins a job (its area) and waits, stopped by the parent. */
-static int job_member(ivshm_region_t *r, int in, int out)
-{
-    struct holding h = {0};
-    ivshm_job_t *j;
-    if (ivshm_job_join(r, "life-force", 65536, &j) != IVSHM_OK)
-        return 70;
-    h.off = ivshm_job_area_off(j);
-    h.len = ivshm_job_area_size(j);
-    h.job_idx = ivshm_job_index(j);
-    if (write(out, &h, sizeof(h)) != sizeof(h) || wait_go(in))
-        return 71;
-    return 0;
-}
-
 /* A job whose every member the admin's forced gc released: a member that
  * was only paused may resume and copy into the job's area, so the area
  * cools like the members' own chunks instead of being handed out at once. */
@@ -642,19 +627,21 @@ static void test_forced_job_area_cools(void **state)
     (void)state;
     struct child a;
     struct holding h;
-    start(&a, "vm-a", job_member);
+    start(&a, "vm-a", paused_rank0);
     get_holding(&a, &h);
     kill(a.pid, SIGSTOP);
     ivshm_region_t *b = open_as("vm-b");
     assert_non_null(b);
+    ivshm_job_info_t ji;
+    assert_int_equal(ivshm_region_job(b, h.job_idx, &ji), IVSHM_OK);
     usleep(PAST_LEASE_US);
     ivshm_gc_stats_t gs;
     assert_int_equal(ivshm_gc_force(b, NULL, NULL, &gs), IVSHM_OK);
     assert_int_equal(gs.procs_reclaimed, 1);
     assert_int_equal(gs.jobs_reclaimed, 1);
     uint32_t cs = chunk_size(b), first =
-        (uint32_t)((h.off - b->g.heap_off) >> b->g.chunk_shift);
-    unsigned cooling = 0, chunks = (unsigned)((h.len + cs - 1) / cs);
+        (uint32_t)((ji.area_off - b->g.heap_off) >> b->g.chunk_shift);
+    unsigned cooling = 0, chunks = (unsigned)((ji.area_size + cs - 1) / cs);
     for (uint32_t c = first; c < first + chunks; c++)
         cooling += OWNER_KIND(atomic_load(&ivshm__chunk(b, c)->owner)) ==
                    OWNER_COOL;
