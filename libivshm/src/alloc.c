@@ -64,8 +64,11 @@ static bool claim_run(ivshm_region_t *r, uint64_t tag, uint32_t n,
         }
         if (k < n) {
             /* lost a race: hand back what we took, move past the conflict */
-            while (k-- > 0)
-                atomic_store(&ivshm__chunk(r, start + k)->owner, 0);
+            while (k-- > 0) {
+                uint64_t ours = tag; /* only ours: never another's claim */
+                atomic_compare_exchange_strong(
+                    &ivshm__chunk(r, start + k)->owner, &ours, 0);
+            }
             start++;
             continue;
         }
@@ -93,15 +96,14 @@ ivshm_status_t ivshm__alloc_owned(ivshm_region_t *r, uint64_t tag,
         memset((char *)r->base + *off, 0, (uint64_t)n << r->g.chunk_shift);
         return IVSHM_OK;
     }
-    /* the cause, where other processes' malloc'd arrays fill it */
-    char holders[320] = "";
-    ivshm__heap_holders(r, holders, sizeof(holders));
+    char cause[640] = "";
+    ivshm__full_region_cause(r, cause, sizeof(cause));
     return ivshm__fail(IVSHM_ERR_NOSPACE,
                        "region %s has no %llu free contiguous bytes (%u "
                        "chunks of %u bytes); run 'ivshm gc' or use a larger "
                        "region%s",
                        r->uri, (unsigned long long)size, n,
-                       1u << r->g.chunk_shift, holders);
+                       1u << r->g.chunk_shift, cause);
 }
 
 bool ivshm__range_owned(const ivshm_region_t *r, uint64_t off, uint64_t len,
@@ -187,18 +189,32 @@ ivshm_status_t ivshm_region_owned(ivshm_region_t *r,
     return IVSHM_OK;
 }
 
+bool ivshm__release_chunk(struct ivshm_chunk *k, uint64_t tag, uint64_t to)
+{
+    /* The owner moves first, and the run is cleared only while the chunk
+     * is still in our hands: once it is free, a new owner may publish its
+     * own run there (A0), which a late clear by a slow collector would
+     * erase. A chunk set free passes through cooling (which only the
+     * sweep frees, a lease timeout later) while its run is cleared. */
+    uint64_t held = to ? to : COOL_TAG(ivshm__now_ns() / 1000000u);
+    uint64_t t = tag;
+    IVSHM_TEST_STEP("chunk-release");
+    if (!atomic_compare_exchange_strong(&k->owner, &t, held))
+        return false;
+    atomic_store(&k->run, 0);
+    if (to == 0)
+        atomic_compare_exchange_strong(&k->owner, &held, 0);
+    return true;
+}
+
 /* Gives every chunk of owner tag the tag to (0: free). */
 static unsigned retag_owned_by(ivshm_region_t *r, uint64_t tag, uint64_t to)
 {
     unsigned n = 0;
     for (uint32_t c = 0; c < r->g.chunk_count; c++) {
         struct ivshm_chunk *k = ivshm__chunk(r, c);
-        uint64_t t = tag;
-        if (atomic_load_explicit(&k->owner, memory_order_relaxed) != tag)
-            continue;
-        atomic_store(&k->run, 0);
-        if (atomic_compare_exchange_strong(&k->owner, &t, to))
-            n++;
+        if (atomic_load_explicit(&k->owner, memory_order_relaxed) == tag)
+            n += ivshm__release_chunk(k, tag, to);
     }
     return n;
 }
@@ -213,7 +229,7 @@ unsigned ivshm__cool_owned_by(ivshm_region_t *r, uint64_t tag)
     return retag_owned_by(r, tag, COOL_TAG(ivshm__now_ns() / 1000000u));
 }
 
-bool ivshm__cooled(const ivshm_region_t *r, uint64_t tag, uint64_t now_ms)
+bool ivshm__cool_expired(const ivshm_region_t *r, uint64_t tag, uint64_t now_ms)
 {
     uint64_t t = COOL_MS(tag);
     return now_ms >= t && now_ms - t > r->g.lease_timeout_ms;
@@ -228,7 +244,7 @@ unsigned ivshm__sweep_cooled(ivshm_region_t *r)
         uint64_t t = atomic_load_explicit(owner, memory_order_relaxed);
         if (OWNER_KIND(t) != OWNER_COOL)
             continue;
-        if (ivshm__cooled(r, t, now_ms)) {
+        if (ivshm__cool_expired(r, t, now_ms)) {
             n += atomic_compare_exchange_strong(owner, &t, 0);
         } else if (COOL_MS(t) > now_ms + r->g.lease_timeout_ms) {
             /* a stamp from further ahead than the clocks of one host

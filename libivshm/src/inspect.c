@@ -2,7 +2,8 @@
  * Inspection of a mapped region, behind `ivshm info` and `ivshm check`
  * (chan_domain.c finds the jobs of `ivshm stat` through it too): the
  * header and usage counts, one registry or job slot at a time, and the
- * full layout check (registry, job table, chunk table). It reads regions
+ * full layout check (registry, job table, chunk table), and the messages
+ * that say why a region or its registry is full. It reads regions
  * that may be damaged or written while it looks: strings are copied with
  * their bytes made printable, and every index, offset and run is checked
  * against the validated geometry before it is followed. Nothing here
@@ -18,6 +19,16 @@ static ivshm_status_t require_valid(const ivshm_region_t *r)
     return r->valid ? IVSHM_OK
                     : ivshm__fail(IVSHM_ERR_CORRUPT,
                                   "region header is not valid");
+}
+
+/* Is the lease (or claim) in slot s, word w, in doubt (registry.c)? */
+static bool in_doubt(const ivshm_region_t *r, struct ivshm_reg_slot *s,
+                     uint64_t w, uint64_t now)
+{
+    bool by_pid;
+    unsigned st = SLOT_STATE(w);
+    return (st == SLOT_ALIVE || st == SLOT_CLAIMING) &&
+           ivshm__lease_verdict(r, s, w, now, &by_pid) == VERDICT_DOUBT;
 }
 
 ivshm_status_t ivshm_region_info(ivshm_region_t *r, ivshm_region_info_t *i)
@@ -43,12 +54,8 @@ ivshm_status_t ivshm_region_info(ivshm_region_t *r, ivshm_region_info_t *i)
     }
     for (uint32_t k = 0; k < r->g.reg_slots; k++) {
         uint64_t w = atomic_load(&ivshm__reg(r, k)->word);
-        bool by_pid;
         i->reg_used += SLOT_STATE(w) != 0;
-        i->reg_in_doubt += SLOT_STATE(w) == SLOT_ALIVE &&
-                           ivshm__lease_verdict(r, ivshm__reg(r, k), w,
-                                                ivshm__now_ns(),
-                                                &by_pid) == VERDICT_DOUBT;
+        i->reg_in_doubt += in_doubt(r, ivshm__reg(r, k), w, ivshm__now_ns());
     }
     for (uint32_t k = 0; k < r->g.job_slots; k++)
         i->job_used += JOB_STATE(atomic_load(&ivshm__jobs(r, k)->word)) != 0;
@@ -83,9 +90,7 @@ ivshm_status_t ivshm_region_proc(ivshm_region_t *r, uint32_t i,
     uint64_t hb = atomic_load(&s->heartbeat_ns);
     uint64_t now = ivshm__now_ns();
     p->heartbeat_age_ms = hb ? (int64_t)(now - hb) / 1000000 : -1;
-    bool by_pid;
-    p->in_doubt = p->state == SLOT_ALIVE &&
-                  ivshm__lease_verdict(r, s, w, now, &by_pid) == VERDICT_DOUBT;
+    p->in_doubt = in_doubt(r, s, w, now);
     for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
         p->job += atomic_load(&s->jobs[k]) != 0;
     copy_str(p->host, s->host, sizeof(p->host));
@@ -232,4 +237,143 @@ ivshm_status_t ivshm_region_check(ivshm_region_t *r, ivshm_report_fn report,
         c += (uint32_t)run;
     }
     return first;
+}
+
+/* ---- why the region is full, or its registry: the messages ---- */
+
+#define HOLDERS_SHOWN 3 /* jobs named in the message; the rest summed */
+
+struct holder {
+    uint64_t member; /* MEMBER_WORD of the job, 0: no job */
+    uint64_t chunks;
+    unsigned procs;
+    uint32_t first_slot; /* the registry slot that names the job */
+};
+
+static void job_name(ivshm_region_t *r, uint64_t member, char *out, size_t n)
+{
+    uint32_t idx = (uint32_t)member - 1, gen = (uint32_t)(member >> 32);
+    if (member == 0) {
+        snprintf(out, n, "no job");
+        return;
+    }
+    if (idx < r->g.job_slots) {
+        struct ivshm_job_slot *s = ivshm__jobs(r, idx);
+        uint64_t w = atomic_load(&s->word);
+        if (JOB_STATE(w) == SLOT_ALIVE && JOB_GEN(w) == (gen & 0xffffffu)) {
+            char key[IVSHM_JOB_KEY_MAX + 1];
+            memcpy(key, s->key, sizeof(key));
+            key[IVSHM_JOB_KEY_MAX] = '\0';
+            char shown[IVSHM_JOB_KEY_MAX + 1];
+            copy_str(shown, key, sizeof(shown));
+            snprintf(out, n, "job %s", shown);
+            return;
+        }
+    }
+    snprintf(out, n, "job slot %u", idx);
+}
+
+static double mib(const ivshm_region_t *r, uint64_t chunks)
+{
+    return (double)(chunks << r->g.chunk_shift) / (1024.0 * 1024.0);
+}
+
+static void heap_holders(ivshm_region_t *r, char *buf, size_t cap)
+{
+    struct holder h[HOLDERS_SHOWN + 1];
+    unsigned nh = 0;
+    uint64_t total = 0, others = 0;
+    for (uint32_t i = 0; i < r->g.reg_slots; i++) {
+        struct ivshm_reg_slot *p = ivshm__reg(r, i);
+        uint32_t c = ivshm__heap_count(r, p);
+        if (c == 0 || !ivshm__lease_counts_heap(p))
+            continue;
+        total += c;
+        uint64_t member = 0;
+        for (int k = 0; k < IVSHM_JOBS_PER_PROC && !member; k++)
+            member = atomic_load(&p->jobs[k]);
+        unsigned j;
+        for (j = 0; j < nh && h[j].member != member; j++)
+            ;
+        if (j == nh && nh == HOLDERS_SHOWN) {
+            others += c;
+            continue;
+        }
+        if (j == nh)
+            h[nh++] = (struct holder){member, 0, 0, i};
+        h[j].chunks += c;
+        h[j].procs++;
+    }
+    if (total == 0)
+        return;
+    size_t len = strlen(buf);
+    len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0,
+                            "; region-heap blocks (malloc'd arrays) hold "
+                            "%.1f of its %.1f MiB:",
+                            mib(r, total), mib(r, r->g.chunk_count));
+    for (unsigned j = 0; j < nh && len < cap; j++) {
+        char name[IVSHM_JOB_KEY_MAX + 16], host[33], comm[17];
+        struct ivshm_reg_slot *p = ivshm__reg(r, h[j].first_slot);
+        job_name(r, h[j].member, name, sizeof(name));
+        copy_str(host, p->host, sizeof(host));
+        copy_str(comm, p->comm, sizeof(comm));
+        len += (size_t)snprintf(
+            buf + len, cap - len, "%s %s %.1f MiB in %u process%s (%s pid %u on %s%s)",
+            j ? "," : "", name, mib(r, h[j].chunks), h[j].procs,
+            h[j].procs == 1 ? "" : "es", comm,
+            __atomic_load_n(&p->pid, __ATOMIC_RELAXED), host,
+            h[j].procs == 1 ? "" : ", ...");
+    }
+    if (others && len < cap)
+        len += (size_t)snprintf(buf + len, cap - len, ", others %.1f MiB",
+                                mib(r, others));
+    if (len < cap)
+        snprintf(buf + len, cap - len,
+                 "; lower their btl_ivshmem_heap_quota or let them free "
+                 "those arrays");
+}
+
+unsigned ivshm__describe_doubts(ivshm_region_t *r, bool holding, char *buf,
+                                size_t cap)
+{
+    unsigned n = 0;
+    size_t at = strlen(buf);
+    for (uint32_t i = 0; i < r->g.reg_slots; i++) {
+        ivshm_proc_info_t p;
+        if (ivshm_region_proc(r, i, &p) != IVSHM_OK || !p.in_doubt ||
+            (holding && p.chunks == 0))
+            continue;
+        char held[32] = "";
+        if (holding)
+            snprintf(held, sizeof(held), ", %.1f MiB", mib(r, p.chunks));
+        if (n++ < 4 && at < cap)
+            at += (size_t)snprintf(buf + at, cap - at,
+                                   "%s slot %u (vm %016llx, pid %u, "
+                                   "heartbeat %lld ms ago%s)",
+                                   n > 1 ? "," : "", i,
+                                   (unsigned long long)p.vm_id, p.pid,
+                                   (long long)p.heartbeat_age_ms, held);
+    }
+    return n;
+}
+
+void ivshm__full_region_cause(ivshm_region_t *r, char *buf, size_t cap)
+{
+    /* other processes' malloc'd arrays */
+    heap_holders(r, buf, cap);
+    /* memory of owners that may be paused, kept until proven dead */
+    size_t at = strlen(buf);
+    if (at + 1 >= cap)
+        return;
+    const char *lead = "; leases in doubt (heartbeat older than the lease "
+                       "timeout, maybe paused) hold chunks:";
+    snprintf(buf + at, cap - at, "%s", lead);
+    if (ivshm__describe_doubts(r, true, buf, cap) == 0) {
+        buf[at] = '\0';
+        return;
+    }
+    at = strlen(buf);
+    if (at < cap)
+        snprintf(buf + at, cap - at,
+                 "; if their VMs are gone, run 'ivshm gc --force'");
 }

@@ -222,8 +222,8 @@ ivshm_status_t ivshm__fail_errno(int err, const char *what, const char *path);
 /* util.c */
 /* Fault-injection seam for the tests (tests/mp/test_chan_faults.c): called
  * with the name of the step a process is at (claim, lend, publish, grant,
- * ack, create, destroy, renew, job-claim, job-reclaim); NULL in
- * production. */
+ * ack, create, destroy, renew, job-claim, job-reclaim, attach-claim,
+ * chunk-release); NULL in production. */
 extern void (*ivshm__test_step)(const char *step);
 #define IVSHM_TEST_STEP(name)                                                \
     do {                                                                     \
@@ -305,11 +305,17 @@ ivshm_status_t ivshm__require_attached(const ivshm_region_t *r);
 ivshm_status_t ivshm__alloc_owned(ivshm_region_t *r, uint64_t tag,
                                   uint64_t size, uint64_t *off);
 unsigned ivshm__free_owned_by(ivshm_region_t *r, uint64_t tag);
+/* Gives chunk k the owner to (0: free) if tag still owns it, clearing its
+ * run; false if another took it first. The one way a collector releases a
+ * chunk. */
+bool ivshm__release_chunk(struct ivshm_chunk *k, uint64_t tag, uint64_t to);
 /* Moves the chunks of tag (an owner proven dead) to cooling, stamped now. */
 unsigned ivshm__cool_owned_by(ivshm_region_t *r, uint64_t tag);
 /* Frees cooling chunks whose lease timeout has passed. */
 unsigned ivshm__sweep_cooled(ivshm_region_t *r);
-bool ivshm__cooled(const ivshm_region_t *r, uint64_t tag, uint64_t now_ms);
+/* Has cooling tag's lease timeout passed at now_ms? */
+bool ivshm__cool_expired(const ivshm_region_t *r, uint64_t tag,
+                         uint64_t now_ms);
 ivshm_status_t ivshm__free_tagged(ivshm_region_t *r, uint64_t off,
                                   uint64_t tag);
 /* Does owner tag hold every chunk of [off, off+len) (len > 0 or one
@@ -318,13 +324,28 @@ bool ivshm__range_owned(const ivshm_region_t *r, uint64_t off, uint64_t len,
                         uint64_t tag);
 
 /* quota.c */
-/* Appends to buf (a NUL-terminated string of cap bytes) who holds the
- * region's heap in region-heap blocks, by job and process, and what to
- * do; nothing when no live process holds any. */
-void ivshm__heap_holders(ivshm_region_t *r, char *buf, size_t cap);
+/* Slot p's count of region-heap chunks, clamped (it is untrusted). */
+uint32_t ivshm__heap_count(const ivshm_region_t *r, struct ivshm_reg_slot *p);
+/* Does slot p hold a lease whose blocks still count (alive, or held by a
+ * reclaimer that has not freed them yet)? A claiming slot's count is not
+ * zeroed yet. */
+bool ivshm__lease_counts_heap(struct ivshm_reg_slot *p);
+
+/* inspect.c: the messages of a full region or registry */
+/* Appends to buf (a NUL-terminated string of cap bytes) why the region is
+ * full: who holds its heap in region-heap blocks, by job and process, the
+ * leases in doubt that hold chunks, and what to do about each; nothing
+ * when neither holds any. */
+void ivshm__full_region_cause(ivshm_region_t *r, char *buf, size_t cap);
+/* Appends the leases in doubt (with holding: those that hold chunks, and
+ * how much) to buf, at most a few; returns how many there are. */
+unsigned ivshm__describe_doubts(ivshm_region_t *r, bool holding, char *buf,
+                                size_t cap);
 
 /* job.c */
-unsigned ivshm__job_gc(ivshm_region_t *r, unsigned *chunks);
+/* Releases jobs without live members, their areas freed (cool: cooled,
+ * after a forced release of members); returns how many. */
+unsigned ivshm__job_gc(ivshm_region_t *r, bool cool, unsigned *chunks);
 uint32_t ivshm__job_gen(const ivshm_job_t *j);
 /* Reads job slot i's area once and checks that job (i, gen) owns every
  * chunk of it. */

@@ -87,16 +87,19 @@ static unsigned count_live(ivshm_region_t *r, uint32_t idx, uint32_t gen,
 
 /* Frees job slot idx from word w, claiming or reclaiming, which we hold
  * or take over. The CAS commits; the area's chunks carry the old
- * generation, so they are freed after it (none can be taken meanwhile). */
+ * generation, so they are freed (with cool: cooled) after it (none can be
+ * taken meanwhile). */
 static bool release_job(ivshm_region_t *r, uint32_t idx, uint64_t w,
-                        unsigned *chunks)
+                        bool cool, unsigned *chunks)
 {
     struct ivshm_job_slot *s = ivshm__jobs(r, idx);
     uint32_t gen = JOB_GEN(w);
     if (!atomic_compare_exchange_strong(&s->word, &w,
                                         JOB_WORD(0, gen + 1, SLOT_FREE)))
         return false;
-    *chunks += ivshm__free_owned_by(r, OWNER_TAG(OWNER_JOB, idx, gen));
+    uint64_t tag = OWNER_TAG(OWNER_JOB, idx, gen);
+    *chunks += cool ? ivshm__cool_owned_by(r, tag)
+                    : ivshm__free_owned_by(r, tag);
     return true;
 }
 
@@ -104,7 +107,7 @@ static bool release_job(ivshm_region_t *r, uint32_t idx, uint64_t w,
  * the release of a collector that is gone, under our hold; then releases
  * the job or, when a member joined meanwhile, hands it back. */
 static bool reclaim_job(ivshm_region_t *r, uint32_t i, uint64_t w,
-                        uint64_t mine, unsigned *chunks)
+                        uint64_t mine, bool cool, unsigned *chunks)
 {
     struct ivshm_job_slot *s = ivshm__jobs(r, i);
     uint32_t gen = JOB_GEN(w);
@@ -130,14 +133,14 @@ static bool reclaim_job(ivshm_region_t *r, uint32_t i, uint64_t w,
             atomic_compare_exchange_strong(
                 &s->word, &mine, JOB_WORD(JOB_HASH(mine), gen, SLOT_ALIVE));
         else
-            freed = release_job(r, i, mine, chunks);
+            freed = release_job(r, i, mine, cool, chunks);
     }
     if (hold)
         atomic_store(hold, 0);
     return freed;
 }
 
-unsigned ivshm__job_gc(ivshm_region_t *r, unsigned *chunks)
+unsigned ivshm__job_gc(ivshm_region_t *r, bool cool, unsigned *chunks)
 {
     unsigned n = 0;
     for (uint32_t i = 0; i < r->g.job_slots; i++) {
@@ -148,17 +151,17 @@ unsigned ivshm__job_gc(ivshm_region_t *r, unsigned *chunks)
             /* its creator joined before claiming (C0): no live member
              * means no creator; it never publishes (its CAS fails) */
             if (count_live(r, i, gen, false) == 0)
-                n += release_job(r, i, w, chunks);
+                n += release_job(r, i, w, cool, chunks);
             break;
         case SLOT_ALIVE:
             if (count_live(r, i, gen, false) == 0)
                 n += reclaim_job(
                     r, i, w, JOB_WORD(JOB_HASH(w), gen, SLOT_RECLAIMING),
-                    chunks);
+                    cool, chunks);
             break;
         case SLOT_RECLAIMING:
             if (count_live(r, i, gen, true) == 0)
-                n += reclaim_job(r, i, w, w, chunks);
+                n += reclaim_job(r, i, w, w, cool, chunks);
             break;
         default:
             break;
@@ -210,7 +213,7 @@ static bool wait_claim(ivshm_region_t *r, uint32_t j, uint64_t w)
          * 3.2 ms apart once the wait sleeps */
         if ((spins & 63) == 0 && count_live(r, j, JOB_GEN(w), false) == 0) {
             unsigned chunks = 0;
-            ivshm__job_gc(r, &chunks);
+            ivshm__job_gc(r, false, &chunks);
         }
         ivshm__backoff(&spins);
     }
@@ -221,7 +224,7 @@ static bool wait_claim(ivshm_region_t *r, uint32_t j, uint64_t w)
 static void give_up_claim(ivshm_region_t *r, uint32_t mine, uint64_t w)
 {
     unsigned chunks = 0;
-    release_job(r, mine, w, &chunks);
+    release_job(r, mine, w, false, &chunks);
     clear_membership(r, mine, JOB_GEN(w));
 }
 
@@ -325,7 +328,7 @@ ivshm_status_t ivshm_job_join(ivshm_region_t *r, const char *key,
         }
         if (mine < 0) {
             unsigned chunks = 0;
-            if (ivshm__job_gc(r, &chunks) > 0)
+            if (ivshm__job_gc(r, false, &chunks) > 0)
                 continue;
             free(j);
             return ivshm__fail(IVSHM_ERR_NOSPACE,
@@ -391,7 +394,7 @@ void ivshm_job_leave(ivshm_job_t *j)
     if (r->attached) {
         clear_membership(r, j->idx, j->gen);
         unsigned chunks = 0;
-        ivshm__job_gc(r, &chunks);
+        ivshm__job_gc(r, false, &chunks);
     }
     free(j);
 }

@@ -4,9 +4,9 @@
  * them calls it). Attach collects once when the registry is full; detach
  * releases our own slot; gc takes the slots of leases whose owner is
  * proven dead (registry.c's verdict: a process of this VM whose pid is
- * gone or reused, a claim that expired owning nothing), jobs without live
- * members and chunks whose owner is gone. A lease of another VM whose
- * heartbeat expired is in doubt, not dead (its VM may be paused): it is
+ * gone or reused), jobs without live members and chunks whose owner is
+ * gone. A lease of another VM whose heartbeat expired, or a claim that
+ * expired, is in doubt, not dead (its VM may be paused): it is
  * kept, with its chunks and job memberships, until an admin forces
  * (ivshm_gc_force). Every take is a CAS on (generation, state), so a slow
  * owner is never raced, and a reclaimed process' chunks cool for one
@@ -16,27 +16,6 @@
 
 #include <stdio.h>
 #include <string.h>
-
-/* Appends the leases in doubt to msg (at most a few), for attach's
- * message when the registry is full; returns how many there are. */
-static unsigned describe_doubts(ivshm_region_t *r, char *msg, size_t len)
-{
-    unsigned n = 0;
-    size_t at = strlen(msg);
-    for (uint32_t i = 0; i < r->g.reg_slots; i++) {
-        ivshm_proc_info_t p;
-        if (ivshm_region_proc(r, i, &p) != IVSHM_OK || !p.in_doubt)
-            continue;
-        if (n++ < 4 && at < len)
-            at += (size_t)snprintf(msg + at, len - at,
-                                   "%s slot %u (vm %016llx, pid %u, "
-                                   "heartbeat %lld ms ago)",
-                                   n > 1 ? "," : "", i,
-                                   (unsigned long long)p.vm_id, p.pid,
-                                   (long long)p.heartbeat_age_ms);
-    }
-    return n;
-}
 
 ivshm_status_t ivshm_attach(ivshm_region_t *r)
 {
@@ -51,11 +30,12 @@ ivshm_status_t ivshm_attach(ivshm_region_t *r)
     if (ivshm__try_claim(r) == IVSHM_OK)
         return IVSHM_OK;
     char doubts[256] = "";
-    if (describe_doubts(r, doubts, sizeof(doubts)) > 0)
+    if (ivshm__describe_doubts(r, false, doubts, sizeof(doubts)) > 0)
         return ivshm__fail(IVSHM_ERR_REGISTRY_FULL,
                            "all %u registry slots of %s hold leases; these "
                            "are in doubt (heartbeat older than the lease "
-                           "timeout, owner in another VM, maybe paused):%s; "
+                           "timeout, owner in another VM or not done "
+                           "attaching, maybe paused):%s; "
                            "if their VMs are gone, run 'ivshm gc --force'",
                            r->g.reg_slots, r->uri, doubts);
     return ivshm__fail(IVSHM_ERR_REGISTRY_FULL,
@@ -109,7 +89,7 @@ ivshm_status_t ivshm_detach(ivshm_region_t *r)
                            r->slot);
     release_slot(r, r->slot, r->gen, false);
     unsigned chunks = 0;
-    ivshm__job_gc(r, &chunks); /* our job may have lost its last member */
+    ivshm__job_gc(r, false, &chunks); /* our job may have lost its last member */
     return IVSHM_OK;
 }
 
@@ -145,10 +125,7 @@ static unsigned sweep_orphans(ivshm_region_t *r)
         bool valid;
         if (t == 0 || owner_live(r, t, &valid) || !valid)
             continue;
-        atomic_store(&k->run, 0);
-        if (atomic_compare_exchange_strong(
-                &k->owner, &t, OWNER_KIND(t) == OWNER_PROC ? cool : 0))
-            n++;
+        n += ivshm__release_chunk(k, t, OWNER_KIND(t) == OWNER_PROC ? cool : 0);
     }
     return n;
 }
@@ -231,7 +208,11 @@ static ivshm_status_t collect(ivshm_region_t *r, bool force,
                            "cannot collect on an invalid or read-only region");
     ivshm_gc_stats_t local = {0};
     local.procs_reclaimed = reclaim_procs(r, force, released, arg, &local);
-    local.jobs_reclaimed = ivshm__job_gc(r, &local.chunks_freed);
+    /* the jobs that a forced release left without members: a member that
+     * was only paused may resume and copy into the area (lifetimes.md) */
+    local.jobs_reclaimed =
+        ivshm__job_gc(r, force && local.procs_reclaimed > 0,
+                      &local.chunks_freed);
     local.chunks_freed += sweep_orphans(r);
     ivshm__sweep_cooled(r);
     if (stats)

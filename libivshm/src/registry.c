@@ -56,11 +56,13 @@ enum ivshm_verdict ivshm__lease_verdict(const ivshm_region_t *r,
         return VERDICT_LIVE; /* not stamped yet: the gc starts its clock */
     bool expired =
         now > hb && now - hb > ivshm__ms_to_ns(r->g.lease_timeout_ms);
-    /* A claim owns nothing yet (no chunk, no job): one that expired is
-     * released; its claimer, if it lives, fails its publish and claims
-     * again. */
+    /* A claim that expired is in doubt, whatever its VM: its claimer may
+     * be paused between its R0 CAS and its publish, and on resuming it
+     * stores its identity into the slot with plain stores, which would
+     * land in the lease of whoever took the slot next. Its pid is no
+     * proof either: the heartbeat may be the gc's (reclaim.c), not R1. */
     if (SLOT_STATE(w) == SLOT_CLAIMING)
-        return expired ? VERDICT_DEAD : VERDICT_LIVE;
+        return expired ? VERDICT_DOUBT : VERDICT_LIVE;
     /* read once: another VM may rewrite them while we decide. The identity
      * is complete once ALIVE is published (R1). */
     uint64_t vm = __atomic_load_n(&s->vm_id, __ATOMIC_RELAXED);
@@ -151,6 +153,7 @@ ivshm_status_t ivshm__try_claim(ivshm_region_t *r)
         if (!atomic_compare_exchange_strong(&s->word, &w,
                                             SLOT_WORD(gen, SLOT_CLAIMING)))
             continue;
+        IVSHM_TEST_STEP("attach-claim");
         s->vm_id = r->vm_id;
         s->pid = d.pid;
         s->start_time = d.start_time;

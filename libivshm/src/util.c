@@ -151,8 +151,13 @@ uint64_t ivshm_vm_id(void)
     uint64_t h = IVSHM_FNV_INIT;
     read_small("/proc/sys/kernel/random/boot_id", buf, sizeof(buf));
     h = ivshm__fnv1a(buf, strlen(buf), h);
-    /* Simulated VMs share a kernel: their namespaces tell them apart. */
-    static const char *const ns[] = {"/proc/self/ns/net", "/proc/self/ns/uts"};
+    /* Simulated VMs share a kernel: their namespaces tell them apart. The
+     * pid namespace too: a VM id is the scope of a pid table, and a gc
+     * judges pids of its own VM by its own /proc (docs/lifetimes.md), so
+     * two containers with private pid namespaces are two VMs even when
+     * they share the network and host name. */
+    static const char *const ns[] = {"/proc/self/ns/net", "/proc/self/ns/uts",
+                                     "/proc/self/ns/pid"};
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
         struct stat st;
         if (stat(ns[i], &st) == 0)

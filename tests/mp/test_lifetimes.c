@@ -8,6 +8,7 @@
  * a dead owner cool for one lease timeout before anybody takes them, and
  * every chunk is zeroed before its new owner gets it.
  */
+#define _GNU_SOURCE /* unshare */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #include "internal.h"
 #include "../testutil.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -39,8 +41,9 @@ static int setup(void **state)
     (void)state;
     return setup_lease(LEASE_MS);
 }
-/* long enough that taking every chunk surely ends inside it */
-#define COOL_LEASE_MS 1500u
+/* long enough that taking every chunk surely ends inside it, even on a
+ * loaded machine; the test does not wait it out (it ages the stamps) */
+#define COOL_LEASE_MS 10000u
 static int setup_cool(void **state)
 {
     (void)state;
@@ -89,6 +92,18 @@ struct holding {
 
 typedef int (*child_fn)(ivshm_region_t *r, int in, int out);
 
+/* The library step at which the next child started stops itself (SIGSTOP,
+ * as a paused VM), NULL: none. */
+static const char *child_stop_step;
+
+static void stop_at_step(const char *step)
+{
+    if (child_stop_step && strcmp(step, child_stop_step) == 0) {
+        child_stop_step = NULL;
+        raise(SIGSTOP);
+    }
+}
+
 static void start(struct child *c, const char *vm, child_fn fn)
 {
     int down[2], up[2];
@@ -100,6 +115,8 @@ static void start(struct child *c, const char *vm, child_fn fn)
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         close(down[1]);
         close(up[0]);
+        if (child_stop_step)
+            ivshm__test_step = stop_at_step;
         ivshm_region_t *r = open_as(vm);
         _exit(r ? fn(r, down[0], up[1]) : 90);
     }
@@ -370,7 +387,14 @@ static void test_dead_owner_chunks_cool(void **state)
                  "cannot judge");
     expect_none_inside(offs, n, chunk_size(b), h.off, h.len,
                        "a dead owner's chunks while they cool");
-    usleep(COOL_LEASE_MS * 1000 + 100 * 1000);
+    /* as if the cooling period passed: each stamp one period older */
+    uint32_t first = (uint32_t)((h.off - b->g.heap_off) >> b->g.chunk_shift);
+    for (uint32_t c = first; c < first + h.len / chunk_size(b); c++) {
+        _Atomic uint64_t *owner = &ivshm__chunk(b, c)->owner;
+        uint64_t t = atomic_load(owner);
+        assert_int_equal(OWNER_KIND(t), OWNER_COOL);
+        atomic_store(owner, COOL_TAG(COOL_MS(t) - COOL_LEASE_MS - 1));
+    }
     unsigned more = take_all(b, offs + n, -1);
     assert_true(more * (uint64_t)chunk_size(b) >= h.len);
     bool got = false;
@@ -413,6 +437,118 @@ static void test_memory_changes_hands_clean(void **state)
                          "+%u ('%c')",
                          (unsigned long long)offs[i], k, base[offs[i] + k]);
     free(offs);
+    ivshm_region_close(b);
+}
+
+/* ---- a claim paused between its slot CAS and its publish ---- */
+
+/* Attaches (stopping itself inside the claim), then reports its lease. */
+static int paused_claimer(ivshm_region_t *r, int in, int out)
+{
+    struct holding h = {0};
+    if (ivshm_self_identity(r, &h.id) != IVSHM_OK)
+        return 60;
+    if (write(out, &h, sizeof(h)) != sizeof(h) || wait_go(in))
+        return 61;
+    return ivshm_lease_renew(r) == IVSHM_OK ? 0 : 62;
+}
+
+/* A claim that expired is in doubt like any lease (its claimer may be
+ * paused): were it released, the claimer's identity stores on resuming
+ * would land in the slot of the lease that took it next. */
+static void test_paused_claim_keeps_slot(void **state)
+{
+    (void)state;
+    ivshm_region_t *b = open_as("vm-b");
+    assert_non_null(b);
+    struct child a;
+    child_stop_step = "attach-claim";
+    start(&a, "vm-a", paused_claimer);
+    child_stop_step = NULL;
+    int ws;
+    assert_int_equal(waitpid(a.pid, &ws, WUNTRACED), a.pid);
+    assert_true(WIFSTOPPED(ws));
+    ivshm_gc_stats_t gs;
+    assert_int_equal(ivshm_gc(b, &gs), IVSHM_OK); /* starts the claim's clock */
+    usleep(PAST_LEASE_US);
+    assert_int_equal(ivshm_gc(b, &gs), IVSHM_OK);
+    ivshm_region_t *c = open_as("vm-c");
+    assert_non_null(c);
+    ivshm_job_t *jc;
+    assert_int_equal(ivshm_job_join(c, "life-claim", 65536, &jc), IVSHM_OK);
+    ivshm_identity_t cid;
+    assert_int_equal(ivshm_self_identity(c, &cid), IVSHM_OK);
+    kill(a.pid, SIGCONT);
+    struct holding h;
+    get_holding(&a, &h);
+    go(&a);
+    ws = finish(&a);
+    struct ivshm_reg_slot *s = ivshm__reg(b, cid.slot);
+    bool in_job = false;
+    for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
+        in_job |= atomic_load(&s->jobs[k]) != 0;
+    if (ivshm_peer_locality(b, &cid) != IVSHM_PEER_OTHER_VM || !in_job)
+        fail_msg("the resumed claimer wrote into the slot of the lease that "
+                 "took it after gc (slot %u: pid %u, vm %016llx, in its job: "
+                 "%s; the owner is pid %u, vm %016llx)",
+                 cid.slot, s->pid, (unsigned long long)s->vm_id,
+                 in_job ? "yes" : "no", cid.pid,
+                 (unsigned long long)cid.vm_id);
+    assert_int_equal(gs.procs_reclaimed, 0);
+    assert_int_equal(gs.procs_in_doubt, 1);
+    assert_true(h.id.slot != cid.slot);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    ivshm_job_leave(jc);
+    ivshm_region_close(c);
+    ivshm_region_close(b);
+}
+
+/* ---- a collector's late write to a chunk that changed hands ---- */
+
+static ivshm_region_t *taker; /* takes the chunk inside the collector's step */
+static uint64_t taken_off;
+static ivshm_status_t taken_st = IVSHM_ERR_INVAL;
+
+/* Runs in the collector between its look at the chunk and its release: as
+ * another collector frees the orphan and a new owner takes the chunk. */
+static void take_during_release(const char *step)
+{
+    if (strcmp(step, "chunk-release") != 0 || !taker)
+        return;
+    ivshm_region_t *t = taker;
+    taker = NULL;
+    struct ivshm_chunk *k = ivshm__chunk(t, 0);
+    uint64_t tag = atomic_load(&k->owner);
+    atomic_store(&k->run, 0);
+    atomic_compare_exchange_strong(&k->owner, &tag, 0);
+    taken_st = ivshm_alloc(t, chunk_size(t), &taken_off);
+}
+
+static void test_late_release_spares_new_owner(void **state)
+{
+    (void)state;
+    ivshm_region_t *b = open_as("vm-b"), *c = open_as("vm-c");
+    assert_non_null(b);
+    assert_non_null(c);
+    /* chunk 0 left by a job whose slot is free (an orphan) */
+    struct ivshm_chunk *k = ivshm__chunk(b, 0);
+    atomic_store(&k->run, 1);
+    atomic_store(&k->owner, OWNER_TAG(OWNER_JOB, 0, 0));
+    taker = c;
+    ivshm__test_step = take_during_release;
+    ivshm_status_t gst = ivshm_gc(b, NULL);
+    ivshm__test_step = NULL;
+    assert_int_equal(gst, IVSHM_OK);
+    assert_null(taker); /* the step ran */
+    assert_int_equal(taken_st, IVSHM_OK);
+    assert_int_equal(taken_off, c->g.heap_off);
+    uint64_t run = atomic_load(&k->run);
+    ivshm_status_t fst = ivshm_free(c, taken_off);
+    if (run != 1 || fst != IVSHM_OK)
+        fail_msg("the collector's late release cleared the new owner's run "
+                 "(run %llu; its free: %s)",
+                 (unsigned long long)run, ivshm_last_error());
+    ivshm_region_close(c);
     ivshm_region_close(b);
 }
 
@@ -483,6 +619,42 @@ static void test_gc_force_releases_doubt(void **state)
     ivshm_region_close(b);
 }
 
+/* A job whose every member the admin's forced gc released: a member that
+ * was only paused may resume and copy into the job's area, so the area
+ * cools like the members' own chunks instead of being handed out at once. */
+static void test_forced_job_area_cools(void **state)
+{
+    (void)state;
+    struct child a;
+    struct holding h;
+    start(&a, "vm-a", paused_rank0);
+    get_holding(&a, &h);
+    kill(a.pid, SIGSTOP);
+    ivshm_region_t *b = open_as("vm-b");
+    assert_non_null(b);
+    ivshm_job_info_t ji;
+    assert_int_equal(ivshm_region_job(b, h.job_idx, &ji), IVSHM_OK);
+    usleep(PAST_LEASE_US);
+    ivshm_gc_stats_t gs;
+    assert_int_equal(ivshm_gc_force(b, NULL, NULL, &gs), IVSHM_OK);
+    assert_int_equal(gs.procs_reclaimed, 1);
+    assert_int_equal(gs.jobs_reclaimed, 1);
+    uint32_t cs = chunk_size(b), first =
+        (uint32_t)((ji.area_off - b->g.heap_off) >> b->g.chunk_shift);
+    unsigned cooling = 0, chunks = (unsigned)((ji.area_size + cs - 1) / cs);
+    for (uint32_t c = first; c < first + chunks; c++)
+        cooling += OWNER_KIND(atomic_load(&ivshm__chunk(b, c)->owner)) ==
+                   OWNER_COOL;
+    kill(a.pid, SIGCONT);
+    go(&a);
+    finish(&a);
+    if (cooling != chunks)
+        fail_msg("the area of a job whose members a forced gc released is "
+                 "free at once: %u of its %u chunks cool",
+                 cooling, chunks);
+    ivshm_region_close(b);
+}
+
 static void count_released(void *arg, const ivshm_proc_info_t *p)
 {
     (void)p;
@@ -523,6 +695,76 @@ static void test_registry_full_of_doubt(void **state)
     ivshm_region_close(x);
 }
 
+/* A region full because of a lease in doubt: the allocator's message names
+ * it and the remedy, as attach's does for a full registry. */
+static void test_full_region_names_doubt(void **state)
+{
+    (void)state;
+    ivshm_region_t *x = open_as("vm-x"), *y = open_as("vm-y");
+    assert_non_null(x);
+    assert_non_null(y);
+    uint64_t off;
+    assert_int_equal(ivshm_alloc(x, 8 * MIB, &off), IVSHM_OK);
+    ivshm_identity_t xid;
+    assert_int_equal(ivshm_self_identity(x, &xid), IVSHM_OK);
+    atomic_store(&ivshm__reg(x, x->slot)->heartbeat_ns,
+                 ivshm__now_ns() - ivshm__ms_to_ns(10000));
+    assert_int_equal(ivshm_alloc(y, 12 * MIB, &off), IVSHM_ERR_NOSPACE);
+    const char *m = ivshm_last_error();
+    char want[128];
+    snprintf(want, sizeof(want), "slot %u (vm %016llx, pid %u, heartbeat ",
+             xid.slot, (unsigned long long)xid.vm_id, xid.pid);
+    if (!strstr(m, "in doubt") || !strstr(m, want) ||
+        !strstr(m, "8.0 MiB") || !strstr(m, "ivshm gc --force"))
+        fail_msg("the full region's message does not name the lease in "
+                 "doubt (%s): %s", want, m);
+    ivshm_region_close(y);
+    ivshm_region_close(x);
+}
+
+/* Two containers of one VM that share its network and host name but not
+ * its pid namespace judge each other's pids by different pid tables: they
+ * must not share a VM id (a gc would take ESRCH in its own table for a
+ * proof of death). */
+static void test_pid_namespace_splits_vm(void **state)
+{
+    (void)state;
+    unsetenv(IVSHM_ENV_VM_ID);
+    uint64_t here = ivshm_vm_id(), there = 0;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t p = fork();
+    assert_true(p >= 0);
+    if (p == 0) {
+        if (unshare(CLONE_NEWUSER | CLONE_NEWPID) != 0)
+            _exit(77);
+        pid_t q = fork(); /* the first process of the new pid namespace */
+        if (q == 0) {
+            uint64_t id = ivshm_vm_id();
+            _exit(write(fds[1], &id, sizeof(id)) == sizeof(id) ? 0 : 1);
+        }
+        int ws;
+        _exit(q > 0 && waitpid(q, &ws, 0) == q && WIFEXITED(ws)
+                  ? WEXITSTATUS(ws)
+                  : 2);
+    }
+    close(fds[1]);
+    int ws;
+    assert_int_equal(waitpid(p, &ws, 0), p);
+    assert_true(WIFEXITED(ws));
+    if (WEXITSTATUS(ws) == 77) {
+        close(fds[0]);
+        skip(); /* no unprivileged user namespaces here */
+    }
+    assert_int_equal(WEXITSTATUS(ws), 0);
+    assert_int_equal(read(fds[0], &there, sizeof(there)),
+                     (ssize_t)sizeof(there));
+    close(fds[0]);
+    if (here == there)
+        fail_msg("a process in its own pid namespace has this VM's id "
+                 "%016llx", (unsigned long long)here);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -537,6 +779,15 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_gc_force_releases_doubt, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_registry_full_of_doubt, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_paused_claim_keeps_slot, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_late_release_spares_new_owner,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_full_region_names_doubt, setup,
+                                        teardown),
+        cmocka_unit_test(test_pid_namespace_splits_vm),
+        cmocka_unit_test_setup_teardown(test_forced_job_area_cools, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

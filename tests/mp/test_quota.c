@@ -127,7 +127,7 @@ static void test_dead_member_stops_counting(void **state)
      * count stays in the free slot, named nowhere */
     assert_int_equal(ivshm_gc(a.r, NULL), IVSHM_OK);
     char holders[320] = "";
-    ivshm__heap_holders(a.r, holders, sizeof(holders));
+    ivshm__full_region_cause(a.r, holders, sizeof(holders));
     if (holders[0])
         fail_msg("a collected member still holds heap: %s", holders);
     assert_int_equal(take(&a, 16, QUOTA, &x), IVSHM_OK);
