@@ -71,15 +71,17 @@ static inline bool ivshmem_range_held(ivshm_ep_t *ep, uint32_t owner,
  * longer than the cooling period (docs/lifetimes.md, decision 2). */
 #define IVSHMEM_RDMA_PIECE (1u << 20)
 
-/* The check a copy asks for before each piece, and for the whole range
- * after the last one: `ivshmem_range_held` under the caller's lock. */
+/* The check a copy asks for before each piece but the first, and for the
+ * whole range after the last one: `ivshmem_range_held` under the caller's lock. */
 typedef bool (*ivshmem_held_fn)(void *arg, uint64_t off, uint64_t len);
 
 /* Copies size bytes between local memory and the peer's region buffer at
  * region offset off (mapped at remote): into it for a put, out of it for
- * a get, in pieces of at most `piece` bytes. Returns true when every
- * piece was copied while the owner held its range, and it still held the
- * whole range after the copy. On false nothing more is written into the
+ * a get, in pieces of at most `piece` bytes. The caller has checked the
+ * whole range just before (the handle's checks), which stands for the
+ * first piece: a copy of one piece costs one check, after it. Returns
+ * true when every piece was copied while the owner held its range, and it
+ * still held the whole range after the copy. On false nothing more is written into the
  * range after the failed check (a put), and the bytes read must be
  * discarded (a get): the owner died and its chunks may be another
  * process's now. */
@@ -90,7 +92,7 @@ static inline bool ivshmem_copy_held(bool put, void *local, void *remote,
 {
     for (uint64_t done = 0; done < size;) {
         uint64_t n = size - done < piece ? size - done : piece;
-        if (!held(arg, off + done, n))
+        if (done > 0 && !held(arg, off + done, n))
             return false;
         if (put)
             memcpy((char *)remote + done, (const char *)local + done, n);

@@ -903,10 +903,12 @@ static bool put_check(void *arg, uint64_t off, uint64_t len)
 }
 
 /* B puts 4 chunks of 0x11 into A's buffer, one chunk a piece, with A
- * killed at check number kill_at (5 checks: one before each piece, one
- * after the last; from 5 on: never). Returns what the copy reported, with
+ * killed at check number kill_at (4 checks: one before each piece but the
+ * first, which the BTL's handle check stands for, and one after the last;
+ * from 4 on: never). Returns what the copy reported, with
  * the number of bytes of C's chunks that are not C's own in *changed and
  * of A's buffer that are not the put's (A alive) in *missing. */
+#define PUT_CHECKS 4u
 static bool put_run(unsigned kill_at, bool *killed, uint64_t *changed,
                     uint64_t *missing)
 {
@@ -961,16 +963,17 @@ static void test_owner_dies_during_put(void **state)
     (void)state;
     uint64_t changed, missing;
     bool killed;
-    assert_true(put_run(5, &killed, &changed, &missing));
+    assert_true(put_run(PUT_CHECKS, &killed, &changed, &missing));
     assert_false(killed);
     assert_int_equal(missing, 0);
     unsigned succeeded = 0, unchecked = 0;
     uint64_t overwritten = 0;
-    for (unsigned kill_at = 0; kill_at < 5; kill_at++) {
+    for (unsigned kill_at = 0; kill_at < PUT_CHECKS; kill_at++) {
         bool ok = put_run(kill_at, &killed, &changed, &missing);
         if (!killed)
             print_message("check %u never came: the put checked its "
-                          "target fewer than 5 times\n", kill_at);
+                          "target fewer than %u times\n", kill_at,
+                          PUT_CHECKS);
         else
             print_message("killed at check %u: put %s, %llu bytes of the "
                           "bystander's chunks overwritten\n",
