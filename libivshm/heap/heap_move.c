@@ -21,17 +21,28 @@ static void *anon(size_t len)
     return p == MAP_FAILED ? NULL : p;
 }
 
+/* What became of a block's pages (put_in_place). */
+enum placed {
+    PLACED,       /* private memory holding the block's bytes */
+    INACCESSIBLE, /* no copy: private pages with no access (a fault) */
+    STILL_SHARED, /* the kernel refused every new mapping (ENOMEM: the
+                   * process' map count): the region's pages are still
+                   * there, so the block must go with the region's mapping */
+};
+
 /* copy (private memory holding the block's bytes, or NULL) takes the
  * place of the pages at [a, a + len). Without a copy they become
  * inaccessible: a fault, never a write into memory another process owns. */
-static bool put_in_place(void *copy, uintptr_t a, size_t len)
+static enum placed put_in_place(void *copy, uintptr_t a, size_t len)
 {
     if (copy && mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)a) != MAP_FAILED)
-        return true;
+        return PLACED;
     if (copy)
         munmap(copy, len);
-    mmap((void *)a, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-    return false;
+    if (mmap((void *)a, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+             0) != MAP_FAILED)
+        return INACCESSIBLE;
+    return STILL_SHARED;
 }
 
 /* ---- detach: no write is lost while a block moves ----
@@ -50,6 +61,7 @@ static struct {
     _Atomic uintptr_t lo, hi;        /* the span of the blocks it moves */
     _Atomic uintptr_t cur_lo, cur_hi; /* the block being copied, read-only */
     struct sigaction prev;           /* SIGSEGV's action before the move */
+    sigset_t mover_mask;             /* the moving thread's, before it */
 } mv;
 
 static void chain(int sig, siginfo_t *si, void *ctx)
@@ -95,6 +107,18 @@ static void on_fault(int sig, siginfo_t *si, void *ctx)
 
 static void move_begin(uintptr_t lo, uintptr_t hi)
 {
+    /* The moving thread takes no asynchronous signal meanwhile: a handler
+     * of the application (a sampling profiler's) that wrote the block
+     * being copied would wait in on_fault for this very thread. Faults
+     * stay deliverable. */
+    sigset_t async;
+    sigfillset(&async);
+    sigdelset(&async, SIGSEGV);
+    sigdelset(&async, SIGBUS);
+    sigdelset(&async, SIGILL);
+    sigdelset(&async, SIGFPE);
+    sigdelset(&async, SIGTRAP);
+    pthread_sigmask(SIG_BLOCK, &async, &mv.mover_mask);
     atomic_store(&mv.lo, lo);
     atomic_store(&mv.hi, hi);
     atomic_store(&mv.cur_hi, 0);
@@ -115,10 +139,11 @@ static void move_end(void)
     if ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_fault)
         sigaction(SIGSEGV, &mv.prev, NULL);
     atomic_store(&mv.active, 0);
+    pthread_sigmask(SIG_SETMASK, &mv.mover_mask, NULL);
 }
 
 /* One block to private memory while other threads may write it. */
-static bool move_block(uintptr_t a, size_t len)
+static enum placed move_block(uintptr_t a, size_t len)
 {
     void *copy = anon(len);
     /* lo before hi, and hi cleared first: a range read half-updated is
@@ -130,10 +155,10 @@ static bool move_block(uintptr_t a, size_t len)
             "moves to private memory; writes made during its copy may be lost\n", len);
     if (copy)
         memcpy(copy, (void *)a, len);
-    bool ok = put_in_place(copy, a, len);
+    enum placed placed = put_in_place(copy, a, len);
     atomic_store(&mv.cur_hi, 0);
     atomic_store(&mv.cur_lo, 0);
-    return ok;
+    return placed;
 }
 
 /* ---- every block ---- */
@@ -178,19 +203,24 @@ static size_t privatize_all(bool forked, struct blk **ranges)
     }
     if (n && !forked)
         move_begin(lo, hi);
-    size_t k = 0, lost = 0;
+    size_t k = 0, kept = 0, lost = 0, shared = 0;
     for (size_t i = 0; i < heap.cap; i++) {
         struct blk *b = &heap.tab[i];
         if (b->state != BLK_REGION)
             continue;
-        bool ok = forked ? put_in_place(forked_copy(k, b), b->addr, b->len)
-                         : move_block(b->addr, b->len);
-        lost += !ok;
-        if (!forked)
+        enum placed placed = forked
+                                 ? put_in_place(forked_copy(k, b), b->addr, b->len)
+                                 : move_block(b->addr, b->len);
+        lost += placed != PLACED;
+        shared += placed == STILL_SHARED;
+        /* still the region's pages: its chunks stay under our lease until
+         * the lease ends, and the pages go with the region's mapping (not
+         * listed as kept), so no write of ours reaches another owner */
+        if (!forked && placed != STILL_SHARED)
             heap.be.free((void *)b->addr);
         b->state = BLK_PRIVATE;
-        if (ranges && *ranges)
-            (*ranges)[k] = *b;
+        if (ranges && *ranges && placed != STILL_SHARED)
+            (*ranges)[kept++] = *b;
         k++;
     }
     if (n && !forked)
@@ -198,6 +228,9 @@ static size_t privatize_all(bool forked, struct blk **ranges)
     if (lost)
         heap__say("ivshm heap: no memory to keep %zu buffers out of the shared "
             "region; their pages are now inaccessible\n", lost);
+    if (shared)
+        heap__say("ivshm heap: the kernel refused new mappings for %zu buffers "
+            "(vm.max_map_count?); they go with the region's mapping\n", shared);
     atomic_fetch_add_explicit(&heap.moved, k, RELAXED);
     atomic_store_explicit(&heap.region_live, 0, RELAXED);
     atomic_store_explicit(&heap.attached, 0, RELAXED);
@@ -217,7 +250,8 @@ size_t ivshm_heap_detach(ivshm_heap_kept_fn kept, void *arg)
     pthread_rwlock_unlock(&heap.life);
     if (ranges) {
         for (size_t i = 0; i < n && kept; i++)
-            kept((void *)ranges[i].addr, ranges[i].len, arg);
+            if (ranges[i].len) /* a block left with the region: not kept */
+                kept((void *)ranges[i].addr, ranges[i].len, arg);
         munmap(ranges, n * sizeof(*ranges));
     }
     return n;

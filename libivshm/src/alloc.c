@@ -82,8 +82,8 @@ static bool claim_run(ivshm_region_t *r, uint64_t tag, uint32_t n,
     return false;
 }
 
-ivshm_status_t ivshm__alloc_owned(ivshm_region_t *r, uint64_t tag,
-                                  uint64_t size, uint64_t *off)
+ivshm_status_t ivshm__alloc_owned_quiet(ivshm_region_t *r, uint64_t tag,
+                                        uint64_t size, uint64_t *off)
 {
     uint32_t n = chunks_for(r, size);
     uint32_t start;
@@ -96,6 +96,18 @@ ivshm_status_t ivshm__alloc_owned(ivshm_region_t *r, uint64_t tag,
         memset((char *)r->base + *off, 0, (uint64_t)n << r->g.chunk_shift);
         return IVSHM_OK;
     }
+    return ivshm__fail(IVSHM_ERR_NOSPACE,
+                       "region %s has no %llu free contiguous bytes",
+                       r->uri, (unsigned long long)size);
+}
+
+ivshm_status_t ivshm__alloc_owned(ivshm_region_t *r, uint64_t tag,
+                                  uint64_t size, uint64_t *off)
+{
+    ivshm_status_t st = ivshm__alloc_owned_quiet(r, tag, size, off);
+    if (st != IVSHM_ERR_NOSPACE)
+        return st;
+    uint32_t n = chunks_for(r, size);
     char cause[640] = "";
     ivshm__full_region_cause(r, cause, sizeof(cause));
     return ivshm__fail(IVSHM_ERR_NOSPACE,

@@ -304,6 +304,12 @@ ivshm_status_t ivshm__require_attached(const ivshm_region_t *r);
 /* alloc.c */
 ivshm_status_t ivshm__alloc_owned(ivshm_region_t *r, uint64_t tag,
                                   uint64_t size, uint64_t *off);
+/* The same without the full region's explanation (a scan of every lease
+ * and chunk): for callers that fall back on NOSPACE at once and drop the
+ * message, as the region heap does on every large malloc of a full
+ * region. */
+ivshm_status_t ivshm__alloc_owned_quiet(ivshm_region_t *r, uint64_t tag,
+                                        uint64_t size, uint64_t *off);
 unsigned ivshm__free_owned_by(ivshm_region_t *r, uint64_t tag);
 /* Gives chunk k the owner to (0: free) if tag still owns it, clearing its
  * run; false if another took it first. The one way a collector releases a

@@ -91,7 +91,10 @@ ivshm_status_t ivshm_alloc_heap_block(ivshm_region_t *r, uint64_t size,
                            "would pass its quota of %llu bytes",
                            (unsigned long long)quota);
     }
-    st = ivshm_alloc(r, size, off);
+    /* quiet: a full region sends the block to private memory, and the
+     * heap asks again on every large malloc meanwhile */
+    st = ivshm__alloc_owned_quiet(r, OWNER_TAG(OWNER_PROC, r->slot, r->gen),
+                                  size, off);
     if (st != IVSHM_OK)
         atomic_fetch_sub(my_count, (uint32_t)n);
     return st;

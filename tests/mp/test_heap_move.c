@@ -359,6 +359,99 @@ static void crash_during_move(bool with_app_handler)
     }
 }
 
+/* A signal handler of the application (a sampling profiler's) that
+ * writes live blocks, on the very thread that moves them: the move must
+ * neither wait for itself (the handler faulting on the block being
+ * copied) nor lose the handler's writes. A pinger thread signals the
+ * mover all through the detach; each signal writes its count into every
+ * block. */
+static unsigned char *sig_blk[BLOCKS];
+static volatile sig_atomic_t sig_count;
+static atomic_int sig_stop;
+static pthread_t sig_mover;
+
+static void sig_writer(int sig)
+{
+    (void)sig;
+    sig_count++;
+    for (int i = 0; i < BLOCKS; i++)
+        for (size_t o = 0; o < BLOCK_LEN; o += 64 * PAGE)
+            sig_blk[i][o] = (unsigned char)sig_count;
+}
+
+static void *pinger(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&sig_stop)) {
+        pthread_kill(sig_mover, SIGUSR1);
+        usleep(50);
+    }
+    return NULL;
+}
+
+static void signal_child(void)
+{
+    struct sigaction sa = {.sa_handler = sig_writer, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, NULL);
+    heap_region = NULL; /* the parent's handle and lease stay the parent's */
+    for (int round = 0; round < 10; round++) {
+        if (heap_region)
+            ivshm_region_close(heap_region);
+        if (join_region())
+            _exit(4);
+        for (int i = 0; i < BLOCKS; i++) {
+            sig_blk[i] = malloc(BLOCK_LEN);
+            memset(sig_blk[i], 0, BLOCK_LEN);
+        }
+        sig_mover = pthread_self();
+        atomic_store(&sig_stop, 0);
+        pthread_t th;
+        if (pthread_create(&th, NULL, pinger, NULL))
+            _exit(3);
+        usleep(2000);
+        ivshm_heap_detach(NULL, NULL);
+        atomic_store(&sig_stop, 1);
+        pthread_join(th, NULL);
+        /* the handler's last writes are in every block */
+        unsigned char last = (unsigned char)sig_count;
+        sig_writer(0); /* no signal now: one more pass, checked below */
+        last = (unsigned char)(last + 1);
+        for (int i = 0; i < BLOCKS; i++)
+            for (size_t o = 0; o < BLOCK_LEN; o += 64 * PAGE)
+                if (sig_blk[i][o] != last)
+                    _exit(5);
+        for (int i = 0; i < BLOCKS; i++)
+            free(sig_blk[i]);
+    }
+    _exit(sig_count > 0 ? 0 : 6);
+}
+
+static void test_signal_handler_writes_during_move(void **state)
+{
+    (void)state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        signal_child();
+    int st = 0;
+    double end = tu_now_s() + 30;
+    pid_t got;
+    while ((got = waitpid(pid, &st, WNOHANG)) == 0 && tu_now_s() < end)
+        usleep(10000);
+    if (got == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        fail_msg("a signal handler writing a moving block on the moving "
+                 "thread: the detach did not end in 30 s");
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("the child ended with %s %d (5: a block lost the handler's "
+                 "writes)",
+                 WIFSIGNALED(st) ? "signal" : "exit",
+                 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+}
+
 static void test_crash_during_move_kills(void **state)
 {
     (void)state;
@@ -379,6 +472,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_detach_loses_no_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_during_move_kills, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_during_move_reaches_app_handler, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_signal_handler_writes_during_move, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
