@@ -327,6 +327,21 @@ static void crash_child(bool with_app_handler)
     _exit(21); /* the crasher never saw a move */
 }
 
+/* Waits up to 30 s for the child; false (and the child killed) when it
+ * did not end. Its wait status in *st. */
+static bool child_ended(pid_t pid, int *st)
+{
+    double end = tu_now_s() + 30;
+    pid_t got;
+    while ((got = waitpid(pid, st, WNOHANG)) == 0 && tu_now_s() < end)
+        usleep(10000);
+    if (got != 0)
+        return true;
+    kill(pid, SIGKILL);
+    waitpid(pid, st, 0);
+    return false;
+}
+
 static void crash_during_move(bool with_app_handler)
 {
     assert_int_equal(pipe(crash_pipe), 0);
@@ -336,15 +351,8 @@ static void crash_during_move(bool with_app_handler)
         crash_child(with_app_handler);
     close(crash_pipe[1]);
     int st = 0;
-    double end = tu_now_s() + 30;
-    pid_t got;
-    while ((got = waitpid(pid, &st, WNOHANG)) == 0 && tu_now_s() < end)
-        usleep(10000);
-    if (got == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &st, 0);
+    if (!child_ended(pid, &st))
         fail_msg("the child neither crashed nor ended in 30 s");
-    }
     char seen[4] = {0};
     ssize_t n = read(crash_pipe[0], seen, sizeof(seen) - 1);
     close(crash_pipe[0]);
@@ -435,16 +443,9 @@ static void test_signal_handler_writes_during_move(void **state)
     if (pid == 0)
         signal_child();
     int st = 0;
-    double end = tu_now_s() + 30;
-    pid_t got;
-    while ((got = waitpid(pid, &st, WNOHANG)) == 0 && tu_now_s() < end)
-        usleep(10000);
-    if (got == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &st, 0);
+    if (!child_ended(pid, &st))
         fail_msg("a signal handler writing a moving block on the moving "
                  "thread: the detach did not end in 30 s");
-    }
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
         fail_msg("the child ended with %s %d (5: a block lost the handler's "
                  "writes)",
