@@ -300,6 +300,17 @@ ivshm_status_t ivshm_ep_connect(ivshm_ep_t *ep, const uint8_t *addr,
     return IVSHM_OK;
 }
 
+/* Tells senders that we may sleep (they ring from now on, see N0);
+ * true the first time. */
+static bool become_blocking(ivshm_ep_t *ep)
+{
+    if (atomic_load_explicit(&ep->ctl->may_block, memory_order_relaxed))
+        return false;
+    atomic_store(&ep->ctl->may_block, 1);
+    ep->blocking_since = ivshm__mono_ns();
+    return true;
+}
+
 ivshm_status_t ivshm_ep_wait(ivshm_ep_t *ep, int timeout_ms)
 {
     ivshm_status_t st = ivshm__lease_held(ep->r);
@@ -307,10 +318,8 @@ ivshm_status_t ivshm_ep_wait(ivshm_ep_t *ep, int timeout_ms)
         return st;
     _Atomic uint64_t *nw = &ep->ctl->notify;
     uint64_t grace = UINT64_MAX;
-    if (!atomic_load_explicit(&ep->ctl->may_block, memory_order_relaxed)) {
-        atomic_store(&ep->ctl->may_block, 1);
+    if (become_blocking(ep))
         grace = GRACE_NS; /* senders may not see the flag yet: see N0 */
-    }
     uint64_t now = ivshm__mono_ns();
     uint64_t deadline = timeout_ms < 0
                             ? UINT64_MAX
@@ -352,4 +361,45 @@ ivshm_status_t ivshm_ep_wait(ivshm_ep_t *ep, int timeout_ms)
             return IVSHM_ERR_AGAIN;
         grace = UINT64_MAX; /* after the first round, every sender fences */
     }
+}
+
+/* Event-driven waiting for callers with their own poll loop (UCT's event
+ * fd): the doorbell's file of our claimed vector is the fd; arming sets
+ * the wake-up bit (N0) after the fd was drained and before the queues are
+ * looked at, so a send that lands after the look rings. */
+int ivshm_ep_event_fd(ivshm_ep_t *ep)
+{
+    if (!ep->db || ep->db->wait_fd < 0 || ep->notifier.wait != ivshm__db_wait)
+        return -1;
+    return ep->db->wait_fd;
+}
+
+ivshm_status_t ivshm_ep_arm(ivshm_ep_t *ep)
+{
+    ivshm_status_t st = ivshm__lease_held(ep->r);
+    if (st != IVSHM_OK)
+        return st;
+    int fd = ivshm_ep_event_fd(ep);
+    if (fd < 0)
+        return IVSHM_ERR_NOTSUP;
+    uint64_t cnt;
+    while (read(fd, &cnt, sizeof(cnt)) == sizeof(cnt)) /* O_NONBLOCK */
+        ep->db->irqs += cnt;
+    /* senders fence and ring only once they see may_block (N0; it costs
+     * them a fence per send, so it is set at the first arm, not before),
+     * which may take GRACE_NS; parked cells resolve by time, not by a
+     * ring: stay awake */
+    if (become_blocking(ep) ||
+        ivshm__mono_ns() - ep->blocking_since < GRACE_NS || ep->npend)
+        return IVSHM_ERR_AGAIN;
+    _Atomic uint64_t *nw = &ep->ctl->notify;
+    uint64_t w = atomic_load(nw);
+    while (!(w & 1) && !atomic_compare_exchange_weak(nw, &w, w | 1))
+        ;
+    w |= 1;
+    if (ivshm__fifo_ready(ep) || ivshm__fbox_ready(ep)) {
+        atomic_compare_exchange_strong(nw, &w, w & ~1ull); /* disarm */
+        return IVSHM_ERR_AGAIN;
+    }
+    return IVSHM_OK;
 }

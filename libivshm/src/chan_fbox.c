@@ -180,3 +180,20 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
     }
     return n;
 }
+
+bool ivshm__fbox_ready(ivshm_ep_t *ep)
+{
+    uint32_t cells = ep->cfg.fbox_cells;
+    for (uint32_t i = 0; i < ep->nactive; i++) {
+        struct peer *p = ep->peers[ep->active[i]];
+        if (!p || !p->rx_fbox)
+            continue;
+        uint64_t pos = p->rx_fbox_pos;
+        const struct cell *c = (const struct cell *)(p->rx_fbox +
+                                                     (pos & (cells - 1)) *
+                                                         ep->g.cell_size);
+        if (atomic_load_explicit(&c->seq, memory_order_acquire) == pos + 1)
+            return true; /* F0 (reader) */
+    }
+    return false;
+}

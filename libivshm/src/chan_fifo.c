@@ -180,3 +180,8 @@ int ivshm__fifo_poll(ivshm_ep_t *ep, int budget)
     }
     return n;
 }
+
+bool ivshm__fifo_ready(ivshm_ep_t *ep)
+{
+    return published(fifo_cell(ep, ep->rx_pos), ep->rx_pos);
+}

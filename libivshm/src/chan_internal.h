@@ -126,6 +126,7 @@ struct ivshm_ep {
     uint32_t polls;
     uint64_t last_liveness, last_gc;
     bool lease_reported;
+    uint64_t blocking_since; /* first wait or event fd: may_block set */
     struct fbox_bank *banks;
     uint32_t nbanks;
     uint32_t fbox_bytes;
@@ -171,6 +172,8 @@ void ivshm__peer_died(ivshm_ep_t *ep, uint32_t idx);
 /* chan_fifo.c */
 struct cell *ivshm__fifo_claim(ivshm_ep_t *ep, struct peer *p, uint64_t *pos);
 int ivshm__fifo_poll(ivshm_ep_t *ep, int budget);
+/* A published cell waits at the head of our FIFO (reads nothing else). */
+bool ivshm__fifo_ready(ivshm_ep_t *ep);
 
 /* chan_fbox.c */
 void ivshm__fbox_check_grant(ivshm_ep_t *ep, struct peer *p);
@@ -178,6 +181,8 @@ struct cell *ivshm__fbox_claim(struct peer *p, uint64_t *pos);
 void ivshm__fbox_grant(ivshm_ep_t *ep, struct peer *p, uint32_t idx);
 void ivshm__fbox_release(ivshm_ep_t *ep, struct peer *p, uint32_t idx);
 int ivshm__fbox_poll(ivshm_ep_t *ep, int budget);
+/* A published cell waits in one of the fast boxes we granted. */
+bool ivshm__fbox_ready(ivshm_ep_t *ep);
 
 /* chan_frag.c */
 int ivshm__frag_take(ivshm_ep_t *ep);

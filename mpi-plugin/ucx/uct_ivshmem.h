@@ -130,6 +130,10 @@ void uct_ivshmem_peer_unpack(const uct_ivshmem_dev_addr_t *dev,
                              const uct_ivshmem_iface_addr_t *addr,
                              ivshm_identity_t *id,
                              uint8_t chan[IVSHM_EP_ADDR_SIZE]);
+/* The doorbell as event fd (uct_ivshmem_event.c). */
+int uct_ivshmem_iface_has_event_fd(uct_ivshmem_iface_t *iface);
+ucs_status_t uct_ivshmem_iface_event_fd_get(uct_iface_h tl_iface, int *fd_p);
+ucs_status_t uct_ivshmem_iface_event_arm(uct_iface_h tl_iface, unsigned events);
 /* Runs the pending requests of every endpoint; returns how many finished. */
 unsigned uct_ivshmem_iface_dispatch_pending(uct_ivshmem_iface_t *iface);
 

@@ -89,6 +89,10 @@ static ucs_status_t uct_ivshmem_iface_query(uct_iface_h tl_iface,
     attr->cap.flags = UCT_IFACE_FLAG_AM_SHORT | UCT_IFACE_FLAG_AM_BCOPY |
                       UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC |
                       UCT_IFACE_FLAG_CONNECT_TO_IFACE;
+    if (uct_ivshmem_iface_has_event_fd(iface))
+        attr->cap.event_flags = UCT_IFACE_FLAG_EVENT_SEND_COMP |
+                                UCT_IFACE_FLAG_EVENT_RECV |
+                                UCT_IFACE_FLAG_EVENT_FD;
     attr->cap.am.max_short = iface->max_short - sizeof(uint64_t);
     attr->cap.am.max_bcopy = iface->max_bcopy;
     attr->cap.am.min_zcopy = 0;
@@ -324,6 +328,8 @@ static uct_iface_ops_t uct_ivshmem_iface_ops = {
     .iface_progress_enable = uct_base_iface_progress_enable,
     .iface_progress_disable = uct_base_iface_progress_disable,
     .iface_progress = uct_ivshmem_iface_progress,
+    .iface_event_fd_get = uct_ivshmem_iface_event_fd_get,
+    .iface_event_arm = uct_ivshmem_iface_event_arm,
     .iface_close = UCS_CLASS_DELETE_FUNC_NAME(uct_ivshmem_iface_t),
     .iface_query = uct_ivshmem_iface_query,
     .iface_get_device_address = uct_ivshmem_iface_get_device_address,

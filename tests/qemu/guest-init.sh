@@ -107,9 +107,11 @@ db-a|db-b)
     export IVSHM_REGION=dev:auto IVSHM_DOORBELL_RECHECK_MS=3600000
     if [ "$me" = b ]; then
         IVSHM_TEST_JOB=db check doorbell-wakes-blocked-receiver /guest_test doorbell-wait 3
+        IVSHM_TEST_JOB=dbfd check doorbell-event-fd-wakes-poll /guest_test doorbell-fd 3
         IVSHM_TEST_JOB=raw check raw-read-woken /guest_test raw-wait
     else
         IVSHM_TEST_JOB=db check doorbell-send /guest_test doorbell-send 3
+        IVSHM_TEST_JOB=dbfd check doorbell-send-to-event-fd /guest_test doorbell-send 3
         IVSHM_TEST_JOB=raw check raw-ring-mmap-register /guest_test raw-ring
     fi
     IVSHM_TEST_JOB=dbchan check chan-doorbell-device /guest_test chan "$me" 200

@@ -9,6 +9,9 @@
  *                        channels of the job $IVSHM_TEST_JOB ($IVSHM_REGION)
  *   doorbell-wait N      block in ivshm_ep_wait for N messages; succeed only
  *                        if doorbell interrupts woke us
+ *   doorbell-fd N        the same through the caller's own poll loop
+ *                        (ivshm_ep_event_fd/ivshm_ep_arm, as UCT's event
+ *                        fd): succeed only if poll() on the fd woke us
  *   doorbell-send N      send N messages, 300 ms apart, to a blocked peer
  *   raw-wait             claim a vector, tell the peer (IVPosition, vector)
  *                        over a channel, block in read() on the device
@@ -253,6 +256,50 @@ static int cmd_doorbell_wait(int n)
     return close_pair(&c);
 }
 
+static int cmd_doorbell_fd(int n)
+{
+    struct ctx c;
+    int rc = open_pair(&c, 1);
+    if (rc)
+        return rc;
+    int fd = ivshm_ep_event_fd(c.ep);
+    if (fd < 0) {
+        fprintf(stderr, "doorbell-fd: the endpoint has no event fd\n");
+        return 1;
+    }
+    uint64_t t0 = now_ms(), sleeps = 0, woken = 0, busy = 0;
+    while (c.rx.complete < (uint64_t)n && !c.rx.errors) {
+        ivshm_status_t st = ivshm_ep_arm(c.ep);
+        if (st == IVSHM_OK) {
+            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            sleeps++;
+            if (poll(&pfd, 1, 60000) != 1 || !(pfd.revents & POLLIN)) {
+                fprintf(stderr, "doorbell-fd: no wake-up within 60 s\n");
+                return 1;
+            }
+            woken++;
+        } else if (st == IVSHM_ERR_AGAIN) {
+            busy++;
+        } else {
+            return die(st, "arm");
+        }
+        while (ivshm_ep_progress(c.ep) > 0)
+            ;
+    }
+    printf("doorbell-fd: %" PRIu64 " messages in %" PRIu64 " ms; %" PRIu64
+           " sleeps on the fd, %" PRIu64 " woken by it, %" PRIu64
+           " arms said busy\n",
+           c.rx.complete, now_ms() - t0, sleeps, woken, busy);
+    /* 300 ms between sends: every message but none must come by a ring */
+    if (c.rx.errors || woken < (uint64_t)n - 1) {
+        fprintf(stderr, "doorbell-fd: %s\n",
+                c.rx.errors ? c.rx.first_error
+                            : "messages came without the fd waking us");
+        return 1;
+    }
+    return close_pair(&c);
+}
+
 static int cmd_doorbell_send(int n)
 {
     struct ctx c;
@@ -472,6 +519,8 @@ int main(int argc, char **argv)
         return cmd_chan(argv[2], atoi(argv[3]));
     if (!strcmp(cmd, "doorbell-wait") && argc == 3)
         return cmd_doorbell_wait(n);
+    if (!strcmp(cmd, "doorbell-fd") && argc == 3)
+        return cmd_doorbell_fd(n);
     if (!strcmp(cmd, "doorbell-send") && argc == 3)
         return cmd_doorbell_send(n);
     if (!strcmp(cmd, "raw-wait"))

@@ -174,6 +174,19 @@ int ivshm_ep_progress(ivshm_ep_t *ep);
  * arms the wake-up bit, re-checks, then waits on the notifier. Returns
  * IVSHM_OK or IVSHM_ERR_AGAIN on timeout. */
 ivshm_status_t ivshm_ep_wait(ivshm_ep_t *ep, int timeout_ms);
+/* The same wait from the caller's own poll loop (an event fd, as UCT's
+ * iface_event_fd_get/event_arm). ivshm_ep_event_fd: a file descriptor
+ * that turns readable when a peer rings us, or -1 where the endpoint has
+ * no doorbell vector (then only polling works). ivshm_ep_arm: IVSHM_OK
+ * when it is safe to sleep on the fd (the next send will ring);
+ * IVSHM_ERR_AGAIN when something waits or may arrive unannounced (call
+ * ivshm_ep_progress, then arm again: the first arms of an endpoint say
+ * AGAIN for 1 ms while senders learn to ring); IVSHM_ERR_NOTSUP without
+ * an fd.
+ * A sleeper that wants liveness and lost-interrupt recovery bounds its
+ * sleep (ivshm_ep_wait re-checks every 100 ms). */
+int ivshm_ep_event_fd(ivshm_ep_t *ep);
+ivshm_status_t ivshm_ep_arm(ivshm_ep_t *ep);
 
 /* Wake-up seam. Endpoints of a dev: region whose device is an
  * ivshmem-doorbell use the guest driver's interrupts (a blocked receiver
