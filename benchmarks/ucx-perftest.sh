@@ -98,7 +98,9 @@ ucp_lat_sizes="8 64 1024 4096 16384 65536"
 ucp_bw_sizes="8192 65536 1048576 4194304"
 
 bench_machine_note
-echo "# ucx_perftest: ${cpu_srv:+server CPU 2, client CPU 4}${cpu_srv:-not pinned (fewer than 5 CPUs)}; -n $iters -w 2000; median over $rounds rounds; device region_$uuid8"
+pinned="server CPU 2, client CPU 4"
+[ -n "$cpu_srv" ] || pinned="not pinned (fewer than 5 CPUs)"
+echo "# ucx_perftest: $pinned; -n $iters -w 2000; median over $rounds rounds; device region_$uuid8"
 echo "# $(ucx_info -v 2>/dev/null | head -1)"
 for round in $(seq 1 "$rounds"); do
     printf '  round %s\r' "$round" >&2
