@@ -11,9 +11,25 @@
 #   vader        2 ranks in one VM (native shared memory, single copy)
 #   vader-nocma  the same with btl_vader_single_copy_mechanism none
 #   tcp          2 VMs, btl self,tcp (the network path)
+# Through UCX (pml ucx; where the UCT transport is built and Open MPI has
+# pml ucx; not with --single-node), docs/ucx.md:
+#   ucx-ivshmem  2 VMs, the UCT transport ivshmem (UCX_TLS=self,ivshmem,tcp,
+#                libuct_ivshmem.so preloaded, UCX_RNDV_THRESH=inf until it
+#                has put/get zcopy)
+#   ucx-heap     the same with the region heap preloaded too
+#   ucx-sm       2 ranks in one VM, UCX's own shared memory (UCX_TLS=
+#                self,posix,cma): the native reference of the UCX set-ups
+# They get their own table, every one (and ivshmem, our BTL under ob1)
+# against ucx-sm measured in the same run, medians and means; pinned as
+# the others. Not for put/get (osc ucx moves them by UCX's RMA, which the
+# transport lacks) nor under MPI_THREAD_MULTIPLE (it refuses MT workers).
+# UCX_BENCH_ENV="VAR=value ..." adds settings to the UCX set-ups (-x).
 #
 #   compare.sh [--quick] [--benches "latency bw ..."] [--osu DIR] [--out DIR]
-#              [--single-node] [--pairs N] [--rounds N]
+#              [--single-node] [--pairs N] [--rounds N] [--setups "LIST"]
+#
+# --setups picks set-ups from the lists above (default: every one that can
+# run here).
 #
 # --rounds N runs every set-up N times, interleaved (round 1 of each, then
 # round 2 ...), and reports per size the median over the rounds of each
@@ -52,7 +68,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../tests/simvm/lib.sh"
 . "$here/bench-lib.sh"
 SIMVM_TIMEOUT=${RUN_LIMIT:-600} # bound of one benchmark run
-quick=0 osu="" out="" single=0 pairs=7 rounds=1 benches="latency bw bibw mlat put get allreduce bcast alltoall"
+quick=0 osu="" out="" single=0 only="" pairs=7 rounds=1 benches="latency bw bibw mlat put get allreduce bcast alltoall"
 while [ $# -gt 0 ]; do
     case $1 in
     --quick) quick=1; benches="latency bw" ;;
@@ -62,7 +78,8 @@ while [ $# -gt 0 ]; do
     --single-node) single=1 ;;
     --pairs) pairs=$2; shift ;;
     --rounds) rounds=$2; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --setups) only=$2; shift ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -92,6 +109,14 @@ else
     simvm_format 512M
 fi
 
+# the UCX set-ups: pml ucx as tests/simvm/test_ucx.sh runs it
+UCT_LIB=$top_builddir/mpi-plugin/ucx/.libs/libuct_ivshmem.so
+UCX_PML="--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any --mca osc ucx"
+have_ucx=0
+if [ $single = 0 ] && [ -f "$UCT_LIB" ] && ompi_info 2>/dev/null | grep -q "MCA pml: ucx"; then
+    have_ucx=1
+fi
+
 osu_prog() {
     case $1 in
     latency) echo osu_latency ;; bw) echo osu_bw ;; bibw) echo osu_bibw ;;
@@ -112,7 +137,23 @@ run() { # setup bench -> $work/setup.bench (lines "size value")
     vader) hosts=10.200.0.1:$np; set -- --mca btl self,vader ;;
     vader-nocma) hosts=10.200.0.1:$np; set -- --mca btl self,vader --mca btl_vader_single_copy_mechanism none ;;
     tcp) hosts=10.200.0.1:$per,10.200.0.2:$per; set -- --mca btl self,tcp ;;
+    ucx-ivshmem|ucx-heap) hosts=10.200.0.1:$per,10.200.0.2:$per
+        pre=$UCT_LIB
+        [ "$setup" = ucx-heap ] && pre="$pre $top_builddir/libivshm/.libs/libivshm-heap.so"
+        set -- -x LD_PRELOAD="$pre" -x UCX_TLS=self,ivshmem,tcp -x UCX_RNDV_THRESH=inf ;;
+    ucx-sm) hosts=10.200.0.1:$np; set -- -x UCX_TLS=self,posix,cma ;;
     esac
+    case $setup in
+    ucx-*) SIMVM_PML=$UCX_PML
+        # everything through UCX: no region collectives, no BTL but tcp (as
+        # tests/simvm/test_ucx.sh)
+        set -- "$@" --mca coll ^ivshmem --mca btl self,tcp
+        # a UCX other than the system's (LD_LIBRARY_PATH) reaches the ranks
+        [ -z "${LD_LIBRARY_PATH:-}" ] || set -- "$@" -x LD_LIBRARY_PATH
+        for v in ${UCX_BENCH_ENV:-}; do set -- "$@" -x "$v"; done ;;
+    *) SIMVM_PML="" ;;
+    esac
+    export SIMVM_PML
     threads=1 args=""
     case $prog in
     latmt) prog=latency args="-T" ;;
@@ -140,6 +181,11 @@ summary=""
 bench_machine_note
 if [ $single = 1 ]; then echo "# one OS, rank r bound to core r (mtrate: cores 4r..4r+3)"
 else bench_pinning_note; fi
+if [ $have_ucx = 1 ]; then
+    echo "# UCX set-ups: $(ucx_info -v 2>/dev/null | sed -n 's/^# *//p' | head -1)${LD_LIBRARY_PATH:+ (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)}${UCX_BENCH_ENV:+, $UCX_BENCH_ENV}"
+elif [ $single = 0 ]; then
+    echo "# no UCX set-ups: $([ -f "$UCT_LIB" ] || echo "$UCT_LIB not built; ")$(ompi_info 2>/dev/null | grep -q "MCA pml: ucx" || echo "Open MPI without pml ucx")"
+fi
 for bench in $benches; do
     # 8 threads that wait on each other, with fewer CPUs than threads, take
     # milliseconds a message (measured on 2 CPUs): nothing to compare
@@ -158,8 +204,19 @@ for bench in $benches; do
         "$([ "$rounds" = 1 ] || echo "; of $rounds rounds, the median")"
     setups="ivshmem ivshmem-heap ivshmem-am vader vader-nocma tcp"
     [ -n "$osu" ] && setups="ivshmem ivshmem-heap vader vader-nocma tcp"
-    case $bench in latmt|mtrate) setups="ivshmem ivshmem-heap vader" ;; esac
-    for s in ivshmem-am vader-nocma tcp; do : >"$work/$s.$bench"; done
+    case $bench in
+    latmt|mtrate) setups="ivshmem ivshmem-heap vader" ;;
+    put|get) ;;
+    *) [ $have_ucx = 0 ] || setups="$setups ucx-ivshmem ucx-heap ucx-sm" ;;
+    esac
+    if [ -n "$only" ]; then
+        keep=""
+        for s in $setups; do case " $only " in *" $s "*) keep="$keep $s" ;; esac; done
+        setups=$keep
+    fi
+    for s in ivshmem ivshmem-heap ivshmem-am vader vader-nocma tcp ucx-ivshmem ucx-heap ucx-sm; do
+        : >"$work/$s.$bench"
+    done
     for round in $(seq 1 "$rounds"); do
         for s in $setups; do
             printf '  running %-12s round %s\r' "$s" "$round" >&2
@@ -192,6 +249,51 @@ for bench in $benches; do
     if [ -n "$out" ]; then
         mkdir -p "$out"
         sed 's/  */,/g' "$work/table.$bench" >"$out/$bench.csv"
+    fi
+    # through UCX: every set-up against UCX's own shared memory in one VM
+    if [ -s "$work/ucx-sm.$bench" ]; then
+        printf '\n--- through UCX, against ucx-sm (UCX posix+cma in one VM); ~ = means\n'
+        printf '%-9s %10s %10s %10s %10s %9s %9s %9s %9s %9s %9s\n' bytes ucx-ivs ucx-heap ucx-sm ob1-ivs \
+            "ivs/sm" "ivs/sm~" "heap/sm" "heap/sm~" "ob1/sm" "ob1/sm~"
+        awk '
+            FILENAME ~ /\/ucx-sm\./ {s[$1] = $2; sm[$1] = $3; if (!($1 in seen)) {seen[$1] = 1; order[n++] = $1}}
+            FILENAME ~ /\/ucx-ivshmem\./ {a[$1] = $2; am[$1] = $3}
+            FILENAME ~ /\/ucx-heap\./ {h[$1] = $2; hm[$1] = $3}
+            FILENAME ~ /\/ivshmem\./ {o[$1] = $2; om[$1] = $3}
+            function v(arr, k) { return (k in arr) ? arr[k] : "-" }
+            function r(x, y) { return (y > 0 && x != "") ? sprintf("%.2f", x / y) : "-" }
+            END {
+                for (i = 0; i < n; i++) { k = order[i]
+                    printf "%-9s %10s %10s %10s %10s %9s %9s %9s %9s %9s %9s\n", k, v(a, k), v(h, k), s[k], v(o, k),
+                        r(a[k], s[k]), r(am[k], sm[k]), r(h[k], s[k]), r(hm[k], sm[k]), r(o[k], s[k]), r(om[k], sm[k]) }
+            }' "$work/ucx-sm.$bench" "$work/ucx-ivshmem.$bench" "$work/ucx-heap.$bench" "$work/ivshmem.$bench" |
+            tee "$work/ucxtable.$bench"
+        [ -z "$out" ] || sed 's/  */,/g' "$work/ucxtable.$bench" >"$out/$bench-ucx.csv"
+        # the targets of the UCX transport (issue 33): with the heap,
+        # latency <= 1.05 x ucx-sm at 8 B-4 KiB, bandwidth >= 1.00 x from
+        # 8 KiB; every size, medians and means apart; the transport without
+        # the heap is reported alike
+        case $bench in
+        latency|mlat|bw|bibw)
+            summary="$summary$(awk -v bench="$bench" '
+                NR > 1 {
+                    lat = (bench == "latency" || bench == "mlat")
+                    if ($1 < 8 || (lat && $1 > 4096) || (!lat && $1 < 8192)) next
+                    for (col = 6; col <= 9; col++) {
+                        if ($col == "-") continue
+                        x = $col + 0; ok = lat ? (x <= 1.05) : (x >= 1.00)
+                        tot[col]++; if (ok) met[col]++; else miss[col] = miss[col] " " $1 ":" $col
+                    }
+                }
+                END {
+                    split("ucx-ivshmem / ucx-sm, medians|ucx-ivshmem / ucx-sm, means|ucx-heap / ucx-sm, medians|ucx-heap / ucx-sm, means", name, "|")
+                    for (col = 6; col <= 9; col++) if (tot[col])
+                        printf "%s through UCX, %s (target %s): met at %d of %d sizes%s\n", bench, name[col - 5],
+                            ((bench == "latency" || bench == "mlat") ? "<= 1.05 at 8 B-4 KiB" : ">= 1.00 from 8 KiB"),
+                            met[col], tot[col], (met[col] == tot[col] ? ": met" : "; MISSED at" miss[col])
+                }' "$work/ucxtable.$bench")
+" ;;
+        esac
     fi
     # the point-to-point targets, with the one switch (ivshmem-heap) against
     # vader, every size, medians and means apart
