@@ -97,6 +97,9 @@ typedef struct uct_ivshmem_ep {
     ucs_queue_head_t pending; /* uct_pending_req_t, in order */
     ucs_list_link_t link;     /* in iface->eps */
     int dispatching;          /* its pending queue is running */
+    ucs_status_t failed;      /* UCS_OK, or why the peer is lost for good
+                               * (its sends fail with it from then on) */
+    int fail_reported;        /* UCX's error handler was told */
 } uct_ivshmem_ep_t;
 
 extern uct_component_t uct_ivshmem_component;
@@ -124,6 +127,8 @@ void uct_ivshmem_ep_pending_purge(uct_ep_h tl_ep,
                                   uct_pending_purge_callback_t cb, void *arg);
 ucs_status_t uct_ivshmem_ep_flush(uct_ep_h tl_ep, unsigned flags,
                                   uct_completion_t *comp);
+ucs_status_t uct_ivshmem_ep_check(uct_ep_h tl_ep, unsigned flags,
+                                  uct_completion_t *comp);
 /* The peer's identity and channel address from its device and interface
  * addresses. */
 void uct_ivshmem_peer_unpack(const uct_ivshmem_dev_addr_t *dev,
@@ -134,6 +139,10 @@ void uct_ivshmem_peer_unpack(const uct_ivshmem_dev_addr_t *dev,
 int uct_ivshmem_iface_has_event_fd(uct_ivshmem_iface_t *iface);
 ucs_status_t uct_ivshmem_iface_event_fd_get(uct_iface_h tl_iface, int *fd_p);
 ucs_status_t uct_ivshmem_iface_event_arm(uct_iface_h tl_iface, unsigned events);
+/* Fails every endpoint to channel peer `peer` (every endpoint when peer
+ * is UINT32_MAX) with status and tells UCX's error handler of each. */
+void uct_ivshmem_iface_fail_eps(uct_ivshmem_iface_t *iface, uint32_t peer,
+                                ucs_status_t status);
 /* Runs the pending requests of every endpoint; returns how many finished. */
 unsigned uct_ivshmem_iface_dispatch_pending(uct_ivshmem_iface_t *iface);
 

@@ -32,6 +32,8 @@ UCS_CLASS_INIT_FUNC(uct_ivshmem_ep_t, const uct_ep_params_t *params)
     }
     ucs_queue_head_init(&self->pending);
     self->dispatching = 0;
+    self->failed = UCS_OK;
+    self->fail_reported = 0;
     ucs_list_add_tail(&iface->eps, &self->link);
     ucs_debug("ivshmem: ep %p to pid %u (channel peer %u)", self, id.pid,
               self->peer);
@@ -90,6 +92,8 @@ ucs_status_t uct_ivshmem_ep_am_short(uct_ep_h tl_ep, uint8_t id,
 
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_LENGTH(total, 0, iface->max_short, "am_short");
+    if (ep->failed != UCS_OK)
+        return ep->failed;
     if (uct_ivshmem_ep_must_wait(ep))
         return UCS_ERR_NO_RESOURCE;
     ivshm_status_t st = ivshm_ep_reserve(iface->chan, ep->peer, total, &buf,
@@ -121,6 +125,8 @@ ssize_t uct_ivshmem_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
     (void)flags;
 
     UCT_CHECK_AM_ID(id);
+    if (ep->failed != UCS_OK)
+        return ep->failed;
     if (uct_ivshmem_ep_must_wait(ep))
         return UCS_ERR_NO_RESOURCE;
     size_t length = pack_cb(iface->tx_buf, arg);
@@ -195,9 +201,65 @@ ucs_status_t uct_ivshmem_ep_flush(uct_ep_h tl_ep, unsigned flags,
     (void)comp;
     if (flags & UCT_FLUSH_FLAG_CANCEL)
         return UCS_OK; /* nothing is in flight once committed */
-    /* a committed message is in the peer's queue, in shared memory */
-    if (!ucs_queue_is_empty(&ep->pending))
+    if (ep->failed != UCS_OK)
+        return ep->failed; /* what is pending will never go */
+    /* A committed message is in the peer's queue, in shared memory: the
+     * sends still to do are the pending ones. A flush the pending queue
+     * runs itself (UCX queues one that found requests pending) has every
+     * request ahead of it done; those behind it came later and are no
+     * part of it. Counting them left MPICH's close flush at the queue's
+     * head for ever, and the sends queued behind it with it. */
+    if (!ep->dispatching && !ucs_queue_is_empty(&ep->pending))
         return UCS_ERR_NO_RESOURCE;
     UCT_TL_EP_STAT_FLUSH(&ep->super);
     return UCS_OK;
+}
+
+/* UCP's keepalive (error handling mode peer) asks each endpoint: the
+ * channel judges every peer's lease on each progress call and fails the
+ * endpoints of a peer proven gone (uct_ivshmem_iface_fail_eps), so there
+ * is nothing to send; a failure already known is reported again only if
+ * UCX was not told yet. */
+ucs_status_t uct_ivshmem_ep_check(uct_ep_h tl_ep, unsigned flags,
+                                  uct_completion_t *comp)
+{
+    uct_ivshmem_ep_t *ep = ucs_derived_of(tl_ep, uct_ivshmem_ep_t);
+    uct_ivshmem_iface_t *iface =
+        ucs_derived_of(tl_ep->iface, uct_ivshmem_iface_t);
+    (void)flags;
+    (void)comp;
+    if (ep->failed != UCS_OK && !ep->fail_reported)
+        uct_ivshmem_iface_fail_eps(iface, ep->peer, ep->failed);
+    return UCS_OK;
+}
+
+/* The peer is lost for good: its sends fail from now on, and UCX hears of
+ * it through the interface's error handler (UCP's error handling mode
+ * peer), one endpoint at a time. The handler may destroy the endpoint it
+ * is given (and UCP may destroy others with it), so the list is walked
+ * again from its head after each call. */
+void uct_ivshmem_iface_fail_eps(uct_ivshmem_iface_t *iface, uint32_t peer,
+                                ucs_status_t status)
+{
+    uct_ivshmem_ep_t *ep;
+    ucs_list_for_each(ep, &iface->eps, link) {
+        if ((peer == UINT32_MAX || ep->peer == peer) && ep->failed == UCS_OK)
+            ep->failed = status;
+    }
+    for (;;) {
+        uct_ivshmem_ep_t *next = NULL;
+        ucs_list_for_each(ep, &iface->eps, link) {
+            if (ep->failed != UCS_OK && !ep->fail_reported) {
+                next = ep;
+                break;
+            }
+        }
+        if (next == NULL)
+            return;
+        next->fail_reported = 1;
+        ucs_debug("ivshmem: ep %p (channel peer %u) failed: %s", next,
+                  next->peer, ucs_status_string(next->failed));
+        uct_iface_handle_ep_err(&iface->super.super, &next->super.super,
+                                next->failed);
+    }
 }

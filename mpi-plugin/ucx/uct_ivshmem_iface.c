@@ -55,16 +55,30 @@ static void uct_ivshmem_iface_rx(void *arg, const ivshm_msg_t *m)
     uct_iface_invoke_am(&iface->super, (uint8_t)tag, iface->rx_buf, len, 0);
 }
 
+/* Liveness, the region's word (docs/lifetimes.md): a peer whose lease is
+ * gone (proven dead: its own detach, a gc of its VM that found its pid
+ * gone, an admin's 'ivshm gc --force') is lost, and UCX hears it as
+ * UCS_ERR_CONNECTION_RESET on each endpoint to it. A peer whose lease is
+ * only in doubt (another VM, heartbeat expired: the VM may be paused) is
+ * not reported: nothing of it was reclaimed, it may answer again, and
+ * its sends wait for room meanwhile (UCP's own keepalive and the MPI's
+ * launcher judge a peer that never comes back). Our own lease reclaimed:
+ * every endpoint fails with UCS_ERR_ENDPOINT_TIMEOUT (this process
+ * stalled past the lease timeout and may not touch the region again). */
 static void uct_ivshmem_iface_event(void *arg, int kind, uint32_t peer)
 {
     uct_ivshmem_iface_t *iface = arg;
-    if (kind == IVSHM_EV_LEASE_LOST)
+    if (kind == IVSHM_EV_LEASE_LOST) {
         ucs_error("ivshmem: this process' lease in region %s was reclaimed "
                   "(stalled past the lease timeout): the transport stops",
                   iface->md->device);
-    else
+        uct_ivshmem_iface_fail_eps(iface, UINT32_MAX,
+                                   UCS_ERR_ENDPOINT_TIMEOUT);
+    } else {
         ucs_diag("ivshmem: peer %u of region %s is gone", peer,
                  iface->md->device);
+        uct_ivshmem_iface_fail_eps(iface, peer, UCS_ERR_CONNECTION_RESET);
+    }
 }
 
 static unsigned uct_ivshmem_iface_progress(uct_iface_h tl_iface)
@@ -88,7 +102,8 @@ static ucs_status_t uct_ivshmem_iface_query(uct_iface_h tl_iface,
     attr->max_conn_priv = 0;
     attr->cap.flags = UCT_IFACE_FLAG_AM_SHORT | UCT_IFACE_FLAG_AM_BCOPY |
                       UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC |
-                      UCT_IFACE_FLAG_CONNECT_TO_IFACE;
+                      UCT_IFACE_FLAG_CONNECT_TO_IFACE |
+                      UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE;
     if (uct_ivshmem_iface_has_event_fd(iface))
         attr->cap.event_flags = UCT_IFACE_FLAG_EVENT_SEND_COMP |
                                 UCT_IFACE_FLAG_EVENT_RECV |
@@ -327,6 +342,7 @@ static uct_iface_ops_t uct_ivshmem_iface_ops = {
     .ep_pending_purge = uct_ivshmem_ep_pending_purge,
     .ep_flush = uct_ivshmem_ep_flush,
     .ep_fence = uct_base_ep_fence,
+    .ep_check = uct_ivshmem_ep_check,
     .ep_create = UCS_CLASS_NEW_FUNC_NAME(uct_ivshmem_ep_t),
     .ep_destroy = UCS_CLASS_DELETE_FUNC_NAME(uct_ivshmem_ep_t),
     .iface_flush = uct_ivshmem_iface_flush,

@@ -1,0 +1,61 @@
+#!/bin/sh
+# Peer death through the UCT transport ivshmem: two UCP processes
+# (ucp_peer_fail.c) exchange tagged messages through the region with error
+# handling mode peer (UCX_TLS=ivshmem, both in one VM: UCX_IVSHMEM_SAME_VM),
+# one is killed (SIGKILL) mid-transfer, and the survivor must see the
+# endpoint's error callback (UCS_ERR_CONNECTION_RESET: the peer's lease is
+# proven gone by its VM's pid table) within 10 s, not hang. Before, a dead
+# peer was only logged and UCP refused the transport for mode peer (no
+# UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE).
+set -u
+. "$(dirname "$0")/lib.sh"
+UCT_LIB=$top_builddir/mpi-plugin/ucx/.libs/libuct_ivshmem.so
+[ -f "$UCT_LIB" ] || simvm_skip "UCX transport not built (configure: UCX transport no)"
+command -v pkg-config >/dev/null && pkg-config --exists ucx || simvm_skip "no UCX headers"
+
+work=$(mktemp -d)
+trap 'kill $a $b 2>/dev/null; rm -rf "$work"' EXIT
+trap 'exit 1' INT TERM
+a="" b=""
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok: $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+cc -O2 "$top_srcdir/tests/simvm/ucp_peer_fail.c" -o "$work/ucp_peer_fail" \
+    $(pkg-config --cflags --libs ucx) -lucp || exit 1
+"$top_builddir/libivshm/tools/ivshm" format "file:$work/region" --size 32M --force >/dev/null
+run() { # NAME: one peer, its address in NAME.addr, the other's in the other
+    other=b; [ "$1" = b ] && other=a
+    env IVSHM_REGION="file:$work/region" LD_PRELOAD="$UCT_LIB" UCX_TLS=ivshmem \
+        UCX_IVSHMEM_SAME_VM=y UCX_IVSHMEM_STATS=y \
+        "$work/ucp_peer_fail" "$work/$1.addr" "$work/$other.addr" 30 >"$work/$1.out" 2>&1
+}
+run a & a=$!
+run b & b=$!
+for _ in $(seq 200); do
+    grep -q running "$work/a.out" && grep -q running "$work/b.out" && break
+    sleep 0.1
+done
+if grep -q running "$work/a.out" && grep -q running "$work/b.out"; then
+    # b's own pid, not the shell's: the UCP process
+    bpid=$(pgrep -f "^$work/ucp_peer_fail $work/b.addr")
+    t0=$(date +%s)
+    kill -KILL $bpid
+    wait $b 2>/dev/null
+    # the survivor ends by itself (callback) or after its 30 s
+    for _ in $(seq 300); do kill -0 $a 2>/dev/null || break; sleep 0.1; done
+    t=$(($(date +%s) - t0))
+    wait $a; rc=$?
+    if [ $rc = 0 ] && [ $t -le 10 ] &&
+       grep -q "ucp_peer_fail: error callback: Connection reset by remote peer" "$work/a.out"; then
+        ok "peer killed mid-transfer: the survivor's error callback came after $t s ($(grep -o 'error callback: .*' "$work/a.out"))"
+    else
+        bad "peer killed: survivor rc $rc after $t s"; cat "$work/a.out"
+    fi
+else
+    bad "the two UCP processes did not exchange messages through the region"
+    cat "$work/a.out" "$work/b.out"
+fi
+
+echo "test_ucx_fail: $pass passed, $fail failed"
+[ $fail -eq 0 ]
