@@ -8,7 +8,8 @@ PKGS="build-essential autoconf automake libtool pkg-config
       qemu-system-x86 busybox-static xz-utils gnuplot-nox
       libibverbs-dev librdmacm-dev debootstrap cpio kmod
       openssh-client systemd
-      libucx-dev ucx-utils mpich libmpich-dev dpkg-dev"
+      libucx-dev ucx-utils mpich libmpich-dev dpkg-dev
+      debhelper dh-dkms lintian"
 missing=
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"

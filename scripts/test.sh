@@ -51,6 +51,7 @@ tier_of() {
     tests/qemu/test_qemu_mpi*) echo qemu-mpi ;;
     tests/qemu/test_guest_admin*) echo guest-admin ;;
     tests/qemu/*) echo qemu ;;
+    tests/pkg/*) echo pkg ;;
     *) echo other ;;
     esac
 }
@@ -58,7 +59,7 @@ tier_name() { # KEY
     case $1 in
     unit) echo "unit (cmocka)" ;; mp) echo "multi-process" ;; cli) echo "CLI/docs" ;;
     simvm) echo "simulated-VM MPI" ;; qemu) echo "QEMU guests" ;; qemu-mpi) echo "QEMU MPI" ;;
-    guest-admin) echo "guest admin" ;; *) echo "$1" ;;
+    guest-admin) echo "guest admin" ;; pkg) echo "Debian packages" ;; *) echo "$1" ;;
     esac
 }
 
@@ -135,8 +136,8 @@ run_build() {
 
 # every tier runs here: nothing may skip
 run_build release 1 CFLAGS="-O2 -g"
-require_configured release "cmocka unit tests" "libFuzzer" "Open MPI component" "verbs route" "UCX transport" "QEMU guest tests"
-check_results release "" "unit mp fuzz cli server simvm qemu qemu-mpi guest-admin"
+require_configured release "cmocka unit tests" "libFuzzer" "Open MPI component" "verbs route" "UCX transport" "QEMU guest tests" "Debian package test"
+check_results release "" "unit mp fuzz cli server simvm qemu qemu-mpi guest-admin pkg"
 # the components also compile against Open MPI 5.x (Debian 13's headers,
 # from Debian's archive, which CI reaches)
 echo "=== Open MPI 5.x compile check"
