@@ -122,9 +122,9 @@ fi
 #  * UCX_RNDV_THRESH=inf: until the transport has put/get zcopy,
 #    rendezvous would move a co-resident pair's large messages over rc;
 #  * what TCG guests need: rxe answers in milliseconds to seconds (rc:
-#    5 s, ~8.6 s per try as the verbs exponent rounds up; ud: 300 s before
-#    a peer counts as gone, first retransmission after 100 ms), no
-#    keepalive rounds;
+#    5 s, which UCX rounds to the verbs exponent 20, ~4.3 s per try, as
+#    the BTL's ack timeout above; ud: 300 s before a peer counts as gone,
+#    first retransmission after 100 ms), no keepalive rounds;
 #  * osc ucx off and btl self only: one UCP context and one lease per rank
 #    (osc ucx opens a second context, the ivshmem BTL attaches too), so
 #    each rank prints one set of counters;
