@@ -31,7 +31,7 @@ insmod /opt/ivt/ivshmem.ko || echo "IVT-FAIL insmod: ivshmem.ko on $ivt_name"
 dropbear -r /etc/dropbear/dropbear_ed25519_host_key -p 22
 echo "IVT-READY $ivt_name"
 
-if [ "$ivt_role" != lead ] && [ "$ivt_role" != bench ]; then
+if [ "$ivt_role" != lead ] && [ "$ivt_role" != bench ] && [ "$ivt_role" != ucx ]; then
     while :; do sleep 3600; done
 fi
 
@@ -111,6 +111,88 @@ if [ "$ivt_role" = bench ]; then
     sleep 10
 fi
 
+# The mixed job again through Open MPI's pml ucx (docs/ucx.md, Real
+# guests): the UCT transport ivshmem (preloaded) between the guests of a
+# host, UCX's own verbs transports (rc, ud) over soft-RoCE between hosts.
+# No tcp in UCX_TLS: a peer on the other host has verbs or nothing.
+#  * UCX_UD_ETH_DGID_CHECK=n: ud_verbs takes a RoCE packet's IP version
+#    from the work completion's sl, which mlx5 fills and rxe leaves 0, so
+#    it reads every RoCE v2 IPv4 packet's address as IPv6 and drops them
+#    all: without it, wire-up never ends (rc needs ud to connect);
+#  * UCX_RNDV_THRESH=inf: until the transport has put/get zcopy,
+#    rendezvous would move a co-resident pair's large messages over rc;
+#  * what TCG guests need: rxe answers in milliseconds to seconds (rc:
+#    5 s, which UCX rounds to the verbs exponent 20, ~4.3 s per try, as
+#    the BTL's ack timeout above; ud: 300 s before a peer counts as gone,
+#    first retransmission after 100 ms), no keepalive rounds;
+#  * osc ucx off and btl self only: one UCP context and one lease per rank
+#    (osc ucx opens a second context, the ivshmem BTL attaches too), so
+#    each rank prints one set of counters;
+#  * UCX_LOG_LEVEL=info: UCX names each endpoint configuration's lanes.
+UCX_ENV="UCX_TLS=self,ivshmem,rc,ud UCX_UD_ETH_DGID_CHECK=n UCX_RNDV_THRESH=inf
+ UCX_RC_TIMEOUT=5s UCX_RC_RETRY_COUNT=7 UCX_RC_RNR_TIMEOUT=100ms UCX_RC_RNR_RETRY_COUNT=7
+ UCX_UD_TIMEOUT=300s UCX_UD_TIMER_TICK=100ms UCX_KEEPALIVE_INTERVAL=inf
+ UCX_IVSHMEM_STATS=y UCX_LOG_LEVEL=info UCX_WARN_UNUSED_ENV_VARS=n
+ LD_PRELOAD=/opt/ivt/libuct_ivshmem.so"
+# ucx_counts OUT HOST: "device sent-bytes received-bytes" of HOST's
+# ivshmem interface (UCX_IVSHMEM_STATS=y), nothing if it printed none
+ucx_counts() {
+    sed -n "s/^uct ivshmem: $2 pid [0-9]* device \([^:]*\): sent [0-9]* messages (\([0-9]*\) bytes), received [0-9]* (\([0-9]*\) bytes).*/\1 \2 \3/p" "$1" | head -n1
+}
+# ucx_lanes OUT HOST: the tag lanes of each endpoint configuration HOST's
+# rank printed, one a line ("ivshmem/region_... rc_verbs/rxe0:1")
+ucx_lanes() {
+    sed -n "s/^.*\[$2:[^]]*\] .* ep_cfg\[[0-9]*\]: tag(\([^)]*\)).*/\1/p" "$1"
+}
+ucx_job() {
+    if [ ! -f /opt/ivt/libuct_ivshmem.so ]; then
+        echo "   (the UCX transport was not built: pml ucx not run)"
+        return
+    fi
+    echo "== pml ucx: the region (UCT ivshmem) inside each host, UCX rc/ud over soft-RoCE between hosts"
+    t0=$(date +%s)
+    xs=
+    for v in $UCX_ENV; do xs="$xs -x $v"; done
+    job /tmp/ucx.out timeout 900 mpirun --allow-run-as-root --mca pml ucx \
+        --mca pml_ucx_tls any --mca pml_ucx_devices any --mca osc ^ucx --mca btl self \
+        --mca oob_tcp_if_include eth0 --mca mpi_yield_when_idle 1 $xs $ALL /opt/ivt/mpi_routes check
+    [ $rc = 0 ] && pass ucx-job || fail ucx-job "mpirun exit $rc"
+    n=$(grep -c '^IVT-PASS mpi-' /tmp/ucx.out)
+    [ "$n" = 7 ] && pass ucx-checked-parts || fail ucx-checked-parts "$n of 7 parts passed"
+    # The region's counters (each rank's interface, at close): the two
+    # guests of a host on one device, the hosts on two; each co-resident
+    # rank sent its partner's share (more than the pair's point-to-point
+    # payload: 5 ping-pongs of 8 B..300 KB and the 4 MiB message, 5803437
+    # bytes) and not the other host's too (which would double it), and
+    # every byte one sent into the region its partner received.
+    pair=5803437 bad=
+    for p in "vm1 vm2" "vm2 vm1" "vm3 vm4" "vm4 vm3"; do
+        set -- $p
+        set -- $(ucx_counts /tmp/ucx.out "$1") $(ucx_counts /tmp/ucx.out "$2") "$1" "$2"
+        # $1 device, $2 sent, $3 received; $4..$6 the partner's; $7 $8 names
+        if [ $# != 8 ] || [ "$1" != "$4" ] || [ "$2" -le $pair ] || [ "$2" -ge $((2 * pair)) ] ||
+           [ "$2" != "$6" ]; then
+            bad="$bad ${7:-?}->${8:-?}"
+        fi
+    done
+    d1=$(ucx_counts /tmp/ucx.out vm1 | cut -d' ' -f1) d3=$(ucx_counts /tmp/ucx.out vm3 | cut -d' ' -f1)
+    [ -n "$d1" ] && [ "$d1" != "$d3" ] || bad="$bad one-device(${d1:-none}=${d3:-none})"
+    [ -z "$bad" ] && pass ucx-region-pairs || fail ucx-region-pairs "counters wrong for:$bad"
+    # UCX's word on the lanes: each rank has a configuration with the
+    # region's device (its partner's) and one of verbs lanes only (the
+    # other host's two ranks)
+    bad=
+    for h in vm1 vm2 vm3 vm4; do
+        dev=$(ucx_counts /tmp/ucx.out $h | cut -d' ' -f1)
+        ucx_lanes /tmp/ucx.out $h | grep -q "ivshmem/${dev:-none}" || bad="$bad $h:no-region-lane"
+        ucx_lanes /tmp/ucx.out $h | grep -v -e ivshmem -e self/ | grep -q '_verbs/rxe0:1' ||
+            bad="$bad $h:no-verbs-only-configuration"
+    done
+    [ -z "$bad" ] && pass ucx-cross-verbs || fail ucx-cross-verbs "$bad"
+    echo "   ($(($(date +%s) - t0)) s)"
+}
+[ "$ivt_role" = ucx ] && { ucx_job; echo "IVT-END"; echo o > /proc/sysrq-trigger; sleep 10; }
+
 echo "== mixed job: vm1+vm2 share region A, vm3+vm4 region B, hosts over soft-RoCE"
 t0=$(date +%s)
 job /tmp/mixed.out timeout 900 $MPIRUN $ALL --mca btl_ivshmem_stats 1 /opt/ivt/mpi_routes check
@@ -162,6 +244,8 @@ else
     fail allocmem-region-by-sends "exit $rc, $rdma RDMA transfers (want 0), $sends sends (want > 24)"
 fi
 echo "   ($(($(date +%s) - t0)) s)"
+
+ucx_job
 
 echo "== fault: a rank killed mid-transfer over verbs; a job beside it goes on"
 t0=$(date +%s)

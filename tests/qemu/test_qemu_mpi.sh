@@ -6,7 +6,10 @@
 # One mpirun over the four (no tcp BTL) must use the region between the
 # guests of a host and verbs between hosts; then a rank is killed in the
 # middle of a verbs transfer; then one host loses its RDMA device (see
-# mpi-guest-init.sh for every check).
+# mpi-guest-init.sh for every check). The mixed job also runs through
+# Open MPI's pml ucx: the UCT transport ivshmem (mpi-plugin/ucx) inside
+# each host, UCX's rc/ud over soft-RoCE between hosts (docs/ucx.md, Real
+# guests). IVSHM_GUEST_ROLE=ucx runs only that job (and ssh).
 #
 # Needs root (a network namespace of its own with a bridge and tap
 # devices: nothing leaves the machine), qemu-system-x86_64, debootstrap and
@@ -83,6 +86,17 @@ mkdir -p "$root/usr/share/openmpi/amca-param-sets"
 cp "$s/mpi-plugin/amca-param-sets/ivshmem" "$root/usr/share/openmpi/amca-param-sets/ivshmem"
 mkdir -p "$root/opt/ivt"
 cp "$work/mod/ivshmem.ko" "$work/mpi_routes" "$work/ivshm-osu" "$root/opt/ivt/"
+# the UCT transport for the job through pml ucx (docs/ucx.md, Real guests)
+uct=$b/mpi-plugin/ucx/.libs/libuct_ivshmem.so
+ucx_checks=4
+if [ -f "$uct" ]; then
+    cp "$uct" "$root/opt/ivt/"
+else
+    ucx_checks=0
+    [ "${IVSHM_REQUIRE_GUESTS:-0}${IVSHM_REQUIRE_ALL:-0}" = 00 ] ||
+        { echo "FAIL: the UCX transport was not built (configure: UCX transport no)"; exit 1; }
+    echo "   the UCX transport was not built: its job is left out"
+fi
 cp "$s/tests/qemu/mpi-guest-init.sh" "$root/init"
 chmod +x "$root/init"
 # one key for root on every guest; no host key checks on a private segment
@@ -164,9 +178,10 @@ if ! grep -q '^IVT-END' "$log"; then
 fi
 echo "test_qemu_mpi: $pass passed, $fail failed"
 # every check must have run: the lead 14 (ssh, 5 for the mixed job, 2
-# for MPI_Alloc_mem across hosts, 2 for the fault, 4 without RDMA), bench
-# 11 (ssh and 10 figures)
-want=14
-[ "${IVSHM_GUEST_ROLE:-lead}" = lead ] || want=11
+# for MPI_Alloc_mem across hosts, 2 for the fault, 4 without RDMA) and 4
+# for the job through pml ucx, bench 11 (ssh and 10 figures), ucx 1 and 4
+case ${IVSHM_GUEST_ROLE:-lead} in
+lead) want=$((14 + ucx_checks)) ;; bench) want=11 ;; ucx) want=$((1 + ucx_checks)) ;;
+esac
 [ "$pass" -eq "$want" ] || echo "FAIL: $pass checks passed, $want expected"
 [ "$fail" -eq 0 ] && [ "$pass" -eq "$want" ]
