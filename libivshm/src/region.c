@@ -266,6 +266,30 @@ ivshm_status_t ivshm_region_keep_range(ivshm_region_t *r, void *addr,
     return IVSHM_OK;
 }
 
+ivshm_status_t ivshm_region_map_alias(ivshm_region_t *r, uint64_t off,
+                                      uint64_t len, void *addr)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    if (!r->base || r->rdonly || len == 0 || len > r->map_size ||
+        off > r->map_size - len || (off | len | (uintptr_t)addr) % (uint64_t)pg)
+        return ivshm__fail(IVSHM_ERR_INVAL,
+                           "range %llu+%llu at %p is not a page-aligned part "
+                           "of %s", (unsigned long long)off,
+                           (unsigned long long)len, addr, r->uri);
+    /* MAP_FIXED_NOREPLACE: never over memory the caller did not free */
+    void *p = mmap(addr, len, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_FIXED_NOREPLACE, r->fd, (off_t)off);
+    if (p == MAP_FAILED)
+        return ivshm__fail_errno(errno, "cannot map a second view of",
+                                 r->uri);
+    if (p != addr) { /* a kernel older than 4.17 took it as a hint */
+        munmap(p, len);
+        return ivshm__fail(IVSHM_ERR_INVAL, "cannot map %s at %p", r->uri,
+                           addr);
+    }
+    return IVSHM_OK;
+}
+
 static void unmap_region(ivshm_region_t *r)
 {
     ivshm__guard_release(r);

@@ -8,13 +8,17 @@
 # itself when loaded (LD_PRELOAD=libuct_ivshmem.so, docs/ucx.md).
 # Layout as in UCX's src/uct/sm/: md (component, region, registration),
 # iface (receive side, progress, reachability), ep (send side, pending),
-# event (the doorbell as UCT's event fd).
+# event (the doorbell as UCT's event fd),
+# mem (allocation in the region, registration, remote keys), rma (put, get,
+# atomics on a peer's region memory).
 UCT_IVSHMEM_SRCS = mpi-plugin/ucx/uct_ivshmem.h \
 	mpi-plugin/ucx/uct_ivshmem_build.h \
 	mpi-plugin/ucx/uct_ivshmem_md.c \
 	mpi-plugin/ucx/uct_ivshmem_iface.c \
 	mpi-plugin/ucx/uct_ivshmem_ep.c \
-	mpi-plugin/ucx/uct_ivshmem_event.c
+	mpi-plugin/ucx/uct_ivshmem_event.c \
+	mpi-plugin/ucx/uct_ivshmem_mem.c \
+	mpi-plugin/ucx/uct_ivshmem_rma.c
 if HAVE_UCX
 lib_LTLIBRARIES += mpi-plugin/ucx/libuct_ivshmem.la
 mpi_plugin_ucx_libuct_ivshmem_la_SOURCES = $(UCT_IVSHMEM_SRCS)

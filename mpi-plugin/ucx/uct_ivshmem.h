@@ -5,7 +5,10 @@
  * (uct_ivshmem_md.c: the region, its lease, the version check and the
  * registration), one interface per UCT worker (uct_ivshmem_iface.c: the
  * receive side, progress, addresses, reachability) and its endpoints
- * (uct_ivshmem_ep.c: the send side and the pending queue).
+ * (uct_ivshmem_ep.c: the send side and the pending queue). Remote memory
+ * access: uct_ivshmem_mem.c (allocation in the region, registration, the
+ * remote keys and their checks) and uct_ivshmem_rma.c (put, get and
+ * atomics, each checked against the owner's lease).
  *
  * Reachability is decided by the region, never by host name or boot id:
  * a peer is reached when it publishes a live lease in the same region
@@ -74,6 +77,12 @@ typedef struct uct_ivshmem_counters {
     uint64_t rx_dropped; /* pieces that were no whole message of ours */
     uint64_t tx_full;    /* sends that found no room (NO_RESOURCE) */
     uint64_t pending_done;
+    /* remote memory access (uct_ivshmem_rma.c): bytes this process wrote
+     * into (put) or read from (get) a peer's region memory, by protocol */
+    uint64_t put_short, put_bcopy, put_zcopy; /* bytes */
+    uint64_t get_short, get_bcopy, get_zcopy; /* bytes */
+    uint64_t atomics;
+    uint64_t rma_refused; /* put/get/atomics refused by the checks */
 } uct_ivshmem_counters_t;
 
 typedef struct uct_ivshmem_iface {
@@ -101,6 +110,42 @@ typedef struct uct_ivshmem_ep {
                                * (its sends fail with it from then on) */
     int fail_reported;        /* UCX's error handler was told */
 } uct_ivshmem_ep_t;
+
+/* A memory handle (uct_ivshmem_mem.c). Peers reach only memory of the
+ * region that this process' lease owns (remote): other memory, private
+ * memory above all, is registered for the local side of a put or get
+ * only, and its remote key says so. */
+typedef struct uct_ivshmem_memh {
+    void *addr;
+    size_t len;
+    uint64_t off;  /* region offset of addr (remote) */
+    int remote;    /* in the region, owned by this process' lease */
+    int allocated; /* from mem_alloc: the region's chunks are freed with it */
+    int alias;     /* a second view of the region at a fixed address */
+    int private_map; /* allocated while the region was full: private */
+} uct_ivshmem_memh_t;
+
+/* A remote key as it travels: the region, the range (the owner's address
+ * and the region offset), and the owner's lease. Untrusted when unpacked:
+ * every field is checked, and the owner's hold on the range is asked
+ * before and after each access. */
+#define UCT_IVSHMEM_RKEY_MAGIC 0x4b525649u /* "IVRK" */
+#define UCT_IVSHMEM_RKEY_REMOTE 0x1u
+typedef struct uct_ivshmem_rkey_packed {
+    uint32_t magic;
+    uint32_t flags; /* UCT_IVSHMEM_RKEY_REMOTE, or 0: local use only */
+    uint8_t region_uuid[16];
+    uint64_t addr, off, len;
+    uint64_t vm_id;
+    uint32_t slot, gen, pid;
+    uint32_t check; /* UCT_IVSHMEM_RKEY_MAGIC ^ flags ^ slot ^ gen */
+} UCS_S_PACKED uct_ivshmem_rkey_packed_t;
+
+/* An unpacked remote key (what uct_rkey_t points at). */
+typedef struct uct_ivshmem_rkey {
+    ivshm_identity_t owner; /* region UUID and the owner's lease */
+    uint64_t addr, off, len;
+} uct_ivshmem_rkey_t;
 
 extern uct_component_t uct_ivshmem_component;
 extern ucs_config_field_t uct_ivshmem_iface_config_table[];
@@ -145,6 +190,79 @@ void uct_ivshmem_iface_fail_eps(uct_ivshmem_iface_t *iface, uint32_t peer,
                                 ucs_status_t status);
 /* Runs the pending requests of every endpoint; returns how many finished. */
 unsigned uct_ivshmem_iface_dispatch_pending(uct_ivshmem_iface_t *iface);
+
+/* Memory (uct_ivshmem_mem.c). */
+ucs_status_t uct_ivshmem_mem_alloc(uct_md_h tl_md, size_t *length_p,
+                                   void **address_p, ucs_memory_type_t mem_type,
+                                   unsigned flags, const char *alloc_name,
+                                   uct_mem_h *memh_p);
+ucs_status_t uct_ivshmem_mem_free(uct_md_h tl_md, uct_mem_h memh);
+ucs_status_t uct_ivshmem_mem_reg(uct_md_h tl_md, void *address, size_t length,
+                                 unsigned flags, uct_mem_h *memh_p);
+ucs_status_t uct_ivshmem_mem_dereg(uct_md_h tl_md,
+                                   const uct_md_mem_dereg_params_t *params);
+ucs_status_t uct_ivshmem_mkey_pack(uct_md_h tl_md, uct_mem_h memh,
+                                   const uct_md_mkey_pack_params_t *params,
+                                   void *rkey_buffer);
+ucs_status_t uct_ivshmem_rkey_unpack(uct_component_t *component,
+                                     const void *rkey_buffer,
+                                     uct_rkey_t *rkey_p, void **handle_p);
+ucs_status_t uct_ivshmem_rkey_release(uct_component_t *component,
+                                      uct_rkey_t rkey, void *handle);
+/* What the memory domain offers (md_query's memory part). */
+void uct_ivshmem_mem_query(const uct_ivshmem_md_t *md, uct_md_attr_t *attr);
+/* The memory domain is open / closes: remote keys of its region unpack. */
+void uct_ivshmem_md_track(uct_ivshmem_md_t *md, int open);
+
+/* Remote memory access (uct_ivshmem_rma.c). */
+void uct_ivshmem_rma_query(const uct_ivshmem_iface_t *iface,
+                           uct_iface_attr_t *attr);
+/* UCX_IVSHMEM_STATS: the remote-access counters, one line on stderr. */
+void uct_ivshmem_rma_print_stats(const uct_ivshmem_iface_t *iface);
+ucs_status_t uct_ivshmem_ep_put_short(uct_ep_h tl_ep, const void *buffer,
+                                      unsigned length, uint64_t remote_addr,
+                                      uct_rkey_t rkey);
+ssize_t uct_ivshmem_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
+                                 void *arg, uint64_t remote_addr,
+                                 uct_rkey_t rkey);
+ucs_status_t uct_ivshmem_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                      size_t iovcnt, uint64_t remote_addr,
+                                      uct_rkey_t rkey, uct_completion_t *comp);
+ucs_status_t uct_ivshmem_ep_get_short(uct_ep_h tl_ep, void *buffer,
+                                      unsigned length, uint64_t remote_addr,
+                                      uct_rkey_t rkey);
+ucs_status_t uct_ivshmem_ep_get_bcopy(uct_ep_h tl_ep,
+                                      uct_unpack_callback_t unpack_cb,
+                                      void *arg, size_t length,
+                                      uint64_t remote_addr, uct_rkey_t rkey,
+                                      uct_completion_t *comp);
+ucs_status_t uct_ivshmem_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                      size_t iovcnt, uint64_t remote_addr,
+                                      uct_rkey_t rkey, uct_completion_t *comp);
+ucs_status_t uct_ivshmem_ep_atomic_cswap64(uct_ep_h tl_ep, uint64_t compare,
+                                           uint64_t swap, uint64_t remote_addr,
+                                           uct_rkey_t rkey, uint64_t *result,
+                                           uct_completion_t *comp);
+ucs_status_t uct_ivshmem_ep_atomic_cswap32(uct_ep_h tl_ep, uint32_t compare,
+                                           uint32_t swap, uint64_t remote_addr,
+                                           uct_rkey_t rkey, uint32_t *result,
+                                           uct_completion_t *comp);
+ucs_status_t uct_ivshmem_ep_atomic64_post(uct_ep_h tl_ep, unsigned opcode,
+                                          uint64_t value, uint64_t remote_addr,
+                                          uct_rkey_t rkey);
+ucs_status_t uct_ivshmem_ep_atomic32_post(uct_ep_h tl_ep, unsigned opcode,
+                                          uint32_t value, uint64_t remote_addr,
+                                          uct_rkey_t rkey);
+ucs_status_t uct_ivshmem_ep_atomic64_fetch(uct_ep_h tl_ep, unsigned opcode,
+                                           uint64_t value, uint64_t *result,
+                                           uint64_t remote_addr,
+                                           uct_rkey_t rkey,
+                                           uct_completion_t *comp);
+ucs_status_t uct_ivshmem_ep_atomic32_fetch(uct_ep_h tl_ep, unsigned opcode,
+                                           uint32_t value, uint32_t *result,
+                                           uint64_t remote_addr,
+                                           uct_rkey_t rkey,
+                                           uct_completion_t *comp);
 
 ucs_status_t uct_ivshmem_query_devices(uct_md_h md,
                                        uct_tl_device_resource_t **devices,

@@ -44,6 +44,8 @@ static ucs_config_field_t uct_ivshmem_md_config_table[] = {
 static void uct_ivshmem_md_close(uct_md_h tl_md)
 {
     uct_ivshmem_md_t *md = ucs_derived_of(tl_md, uct_ivshmem_md_t);
+    if (md->r)
+        uct_ivshmem_md_track(md, 0);
     ivshm_domain_leave(md->dom);
     if (md->r)
         ivshm_region_close(md->r); /* detaches: our channel memory goes */
@@ -52,8 +54,7 @@ static void uct_ivshmem_md_close(uct_md_h tl_md)
 
 static ucs_status_t uct_ivshmem_md_query(uct_md_h tl_md, uct_md_attr_t *attr)
 {
-    (void)tl_md;
-    /* active messages only so far: nothing to register or allocate */
+    /* without a region: nothing to register or allocate */
     attr->cap.flags = 0;
     attr->cap.reg_mem_types = 0;
     attr->cap.alloc_mem_types = 0;
@@ -64,6 +65,7 @@ static ucs_status_t uct_ivshmem_md_query(uct_md_h tl_md, uct_md_attr_t *attr)
     attr->rkey_packed_size = 0;
     attr->reg_cost = ucs_linear_func_make(0, 0);
     memset(&attr->local_cpus, 0xff, sizeof(attr->local_cpus));
+    uct_ivshmem_mem_query(ucs_derived_of(tl_md, uct_ivshmem_md_t), attr);
     return UCS_OK;
 }
 
@@ -102,13 +104,13 @@ static ucs_status_t uct_ivshmem_md_open(uct_component_t *component,
     static uct_md_ops_t md_ops = {
         .close = uct_ivshmem_md_close,
         .query = uct_ivshmem_md_query,
-        .mem_alloc = (uct_md_mem_alloc_func_t)ucs_empty_function_return_unsupported,
-        .mem_free = (uct_md_mem_free_func_t)ucs_empty_function_return_unsupported,
+        .mem_alloc = uct_ivshmem_mem_alloc,
+        .mem_free = uct_ivshmem_mem_free,
         .mem_advise = (uct_md_mem_advise_func_t)ucs_empty_function_return_unsupported,
-        .mem_reg = (uct_md_mem_reg_func_t)ucs_empty_function_return_unsupported,
-        .mem_dereg = (uct_md_mem_dereg_func_t)ucs_empty_function_return_unsupported,
+        .mem_reg = uct_ivshmem_mem_reg,
+        .mem_dereg = uct_ivshmem_mem_dereg,
         .mem_query = (uct_md_mem_query_func_t)ucs_empty_function_return_unsupported,
-        .mkey_pack = (uct_md_mkey_pack_func_t)ucs_empty_function_return_unsupported,
+        .mkey_pack = uct_ivshmem_mkey_pack,
         .is_sockaddr_accessible =
             (uct_md_is_sockaddr_accessible_func_t)ucs_empty_function_return_zero,
         .detect_memory_type =
@@ -139,6 +141,7 @@ static ucs_status_t uct_ivshmem_md_open(uct_component_t *component,
                           md->uuid[2], md->uuid[3]);
         ucs_debug("ivshmem: device %s serves region %s", md->device,
                   ivshm_region_uri(md->r));
+        uct_ivshmem_md_track(md, 1);
     }
     *md_p = &md->super;
     return UCS_OK;
@@ -172,9 +175,10 @@ uct_component_t uct_ivshmem_component = {
     .query_md_resources = uct_md_query_single_md_resource,
     .md_open = uct_ivshmem_md_open,
     .cm_open = (uct_component_cm_open_func_t)ucs_empty_function_return_unsupported,
-    .rkey_unpack = (uct_component_rkey_unpack_func_t)ucs_empty_function_return_unsupported,
+    .rkey_unpack = uct_ivshmem_rkey_unpack,
+    /* no pointer into a peer's memory: every access is checked */
     .rkey_ptr = (uct_component_rkey_ptr_func_t)ucs_empty_function_return_unsupported,
-    .rkey_release = (uct_component_rkey_release_func_t)ucs_empty_function_return_success,
+    .rkey_release = uct_ivshmem_rkey_release,
     .name = UCT_IVSHMEM_NAME,
     .md_config = {
         .name = "ivshmem memory domain",

@@ -46,7 +46,7 @@ done
 simvm_mpirun() {
     hosts=$1 np=$2
     shift 2
-    timeout -k 10 "$SIMVM_TIMEOUT" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" --host "$hosts" \
+    timeout -k 10 "$SIMVM_TIMEOUT" "${SIMVM_LAUNCHER:-mpirun}" --allow-run-as-root --oversubscribe --bind-to none -np "$np" --host "$hosts" \
         --mca plm_rsh_agent "$top_srcdir/tests/simvm/agent" \
         --mca oob_tcp_if_include 10.200.0.0/24 --mca btl_tcp_if_include 10.200.0.0/24 \
         --mca mca_base_component_path "$(ivshm_component_path)" \
@@ -69,7 +69,7 @@ simvm_mpirun() {
 single_node_mpirun() {
     np=$1
     shift
-    timeout -k 10 "$SIMVM_TIMEOUT" mpirun --allow-run-as-root -np "$np" \
+    timeout -k 10 "$SIMVM_TIMEOUT" "${SIMVM_LAUNCHER:-mpirun}" --allow-run-as-root -np "$np" \
         --mca plm_rsh_agent /bin/false \
         --mca mca_base_component_path "$(ivshm_component_path)" \
         --mca pml ob1 --mca osc pt2pt --mca btl_ivshmem_same_vm 1 \

@@ -16,9 +16,11 @@
 # Not done yet), and a test must be deterministic.
 # UCX_TLS is restricted to self, ivshmem and tcp: the simulated VMs share
 # /dev/shm and the boot id, so UCX's own posix/sysv/cma would reach across
-# them (in real guests they cannot). UCX_RNDV_THRESH=inf: until the
-# transport has put/get zcopy, rendezvous would move large messages over
-# the network's RMA lanes (docs/ucx.md).
+# them (in real guests they cannot). UCX's default rendezvous runs: the
+# transport has put/get zcopy into region memory, and private buffers go
+# by UCP's active-message rendezvous through the region. UCX_ALLOC_PRIO
+# puts ucp_mem_map's allocations (MPI_Win_allocate through osc ucx) in
+# the region, so the one-sided tests go by put/get zcopy (docs/ucx.md).
 set -u
 . "$(dirname "$0")/lib.sh"
 simvm_require
@@ -71,6 +73,12 @@ else
     bad "without a region"; grep -A5 "ivshmem" "$work/info0.out" | head
 fi
 
+# rma_bytes FILE HOST put|get: the most bytes one of HOST's interfaces
+# moved by zcopy put or get into a peer's region memory
+rma_bytes() {
+    sed -n "s/^uct ivshmem rma: $2 pid [0-9]* device [^:]*: .*$3 [0-9]* bytes (short [0-9]*, bcopy [0-9]*, zcopy \([0-9]*\)).*/\1/p" "$1" |
+        sort -n | tail -1
+}
 # sent_bytes FILE HOST: the most bytes one of HOST's interfaces sent
 sent_bytes() {
     sed -n "s/^uct ivshmem: $2 pid [0-9]* device [^:]*: sent [0-9]* messages (\([0-9]*\) bytes).*/\1/p" "$1" |
@@ -78,7 +86,8 @@ sent_bytes() {
 }
 # check_routes FILE WHO: the co-resident pair went through the region (each
 # side sent more than the 4 MiB message twice, as rendezvous over tcp
-# would not), the VM of host b sent nothing through it
+# would not), the VM of host b sent nothing through it; the one-sided
+# tests' window (in the region) was written and read by zcopy
 check_routes() {
     s0=$(sent_bytes "$1" vm0-hosta) s1=$(sent_bytes "$1" vm1-hosta) s2=$(sent_bytes "$1" vm2-hostb)
     if [ "${s0:-0}" -gt 8388608 ] && [ "${s1:-0}" -gt 8388608 ] && [ "${s2:-x}" = 0 ]; then
@@ -86,8 +95,16 @@ check_routes() {
     else
         bad "$2: region bytes vm0 ${s0:-none} vm1 ${s1:-none} vm2 ${s2:-none}"; grep "^uct ivshmem" "$1"
     fi
+    p0=$(rma_bytes "$1" vm0-hosta put) g0=$(rma_bytes "$1" vm0-hosta get)
+    p1=$(rma_bytes "$1" vm1-hosta put) g1=$(rma_bytes "$1" vm1-hosta get)
+    if [ "${p0:-0}" -ge 32768 ] && [ "${g0:-0}" -ge 32768 ] &&
+       [ "${p1:-0}" -ge 32768 ] && [ "${g1:-0}" -ge 32768 ]; then
+        ok "$2: put/get zcopy into the window in the region (vm0 put $p0 get $g0 bytes, vm1 put $p1 get $g1)"
+    else
+        bad "$2: zcopy put/get vm0 ${p0:-none}/${g0:-none} vm1 ${p1:-none}/${g1:-none}"; grep "^uct ivshmem rma" "$1"
+    fi
 }
-UCX_ENV="UCX_TLS=self,ivshmem,tcp UCX_RNDV_THRESH=inf UCX_IVSHMEM_STATS=y"
+UCX_ENV="UCX_TLS=self,ivshmem,tcp UCX_ALLOC_PRIO=md:ivshmem,md:sysv,md:posix,huge,thp,md:*,mmap,heap UCX_IVSHMEM_STATS=y"
 
 # ---- 3. Open MPI, pml ucx
 mpicc -O2 "$top_srcdir/tests/simvm/mpi_check.c" -o "$work/mpi_check"

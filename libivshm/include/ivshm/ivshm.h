@@ -102,6 +102,13 @@ ivshm_status_t ivshm_region_keep_range(ivshm_region_t *r, void *addr,
                                        size_t len);
 
 const char *ivshm_region_uri(const ivshm_region_t *r);
+/* Maps [off, off + len) of the region a second time, at exactly addr
+ * (which must be free: nothing is replaced), for memory a caller must place
+ * at a given address (UCX's fixed allocations, OpenSHMEM's symmetric heap).
+ * Page-aligned; the caller unmaps it (munmap) before it frees the range.
+ * The SIGBUS guard does not cover this view. */
+ivshm_status_t ivshm_region_map_alias(ivshm_region_t *r, uint64_t off,
+                                      uint64_t len, void *addr);
 uint64_t ivshm_region_size(const ivshm_region_t *r);
 void ivshm_region_uuid(const ivshm_region_t *r, uint8_t uuid[16]);
 /* Base of the mapping: for channels and benchmarks that place data in
