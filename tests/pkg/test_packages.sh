@@ -25,6 +25,7 @@
 set -u
 . "$(dirname "$0")/../simvm/lib.sh"
 simvm_require
+top_srcdir=$(cd "$top_srcdir" && pwd) # the test changes directory
 for tool in debootstrap dpkg-buildpackage dh dh_dkms lintian; do
     command -v "$tool" >/dev/null || simvm_skip "no $tool (scripts/install-deps.sh installs it)"
 done
