@@ -23,9 +23,9 @@
 # network namespaces (scripts/install-deps.sh installs them); skipped (77)
 # otherwise, a FAIL under IVSHM_REQUIRE_ALL=1.
 set -u
+top_srcdir=$(cd "${top_srcdir:-.}" && pwd) # the test changes directory
 . "$(dirname "$0")/../simvm/lib.sh"
 simvm_require
-top_srcdir=$(cd "$top_srcdir" && pwd) # the test changes directory
 for tool in debootstrap dpkg-buildpackage dh dh_dkms lintian; do
     command -v "$tool" >/dev/null || simvm_skip "no $tool (scripts/install-deps.sh installs it)"
 done
