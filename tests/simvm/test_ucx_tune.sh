@@ -6,11 +6,8 @@
 #  1. mpirun --tune ivshmem-ucx: mpi_check passes (every payload checked)
 #     and the transport's counters show the region carried both ranks'
 #     messages (the switch chose pml ucx, opened it without a Mellanox
-#     device and preloaded the transport); until the transport has put/get
-#     zcopy, UCX's rendezvous moves mpi_check's 1 and 4 MiB messages over
-#     tcp's RMA lanes, so the region carries the eager ones (some 480 KB a
-#     rank; the switch leaves UCX_RNDV_THRESH alone, as it would bind the
-#     network's peers too, docs/ucx.md);
+#     device and preloaded the transport): each rank sent more than the
+#     4 MiB message twice through the region, rendezvous included;
 #  2. two parameter sets that both set LD_PRELOAD (ivshmem-ucx,ivshmem-heap)
 #     preload only the first one's library, which is why the heap comes
 #     with its own combined set;
@@ -70,14 +67,14 @@ region_ok() {
         awk -v min="$2" '$2 > min {print $1}' | sort -u | wc -l)" = 2 ]
 }
 # expect NAME SET PROGRAM CHECKS [mpirun options...]: PROGRAM passes its
-# CHECKS under --tune SET, each VM sending over 256 KiB through the region
+# CHECKS under --tune SET, each VM sending over 8 MiB through the region
 expect() {
     name=$1 pset=$2 prog=$3 checks=$4
     shift 4
     run "$name" "$SETS/$pset" "$prog" "$@"
     set -- "$name" "$pset" "$prog" "$checks"
     if [ $rc -eq 0 ] && grep -q "$3: 2 ranks: $4 passed, 0 failed" "$work/$1.out" &&
-       region_ok "$work/$1.out" 262144; then
+       region_ok "$work/$1.out" 8388608; then
         ok "--tune $2: $3 $4 of $4 through the region ($(region_bytes "$work/$1.out")bytes)"
     else
         bad "--tune $2 (rc $rc): $(region_bytes "$work/$1.out")"; tail -20 "$work/$1.out"
