@@ -14,7 +14,8 @@
 #
 # ompi_compat.h (shared by all three) keeps what differs between Open MPI
 # 4.1 and 5.x; amca-param-sets/ivshmem is the one switch, --tune ivshmem
-# (ivshmem-heap: the same with the region heap preloaded).
+# (ivshmem-heap: the same with the region heap preloaded); ivshmem-ucx the
+# switch for pml ucx (docs/ucx.md).
 OMPI_COMPONENT_CPPFLAGS = $(OPAL_CFLAGS) -I$(top_srcdir)/libivshm/include \
 	-I$(top_srcdir)/mpi-plugin -I$(top_srcdir)/mpi-plugin/btl
 OMPI_COMPONENT_CFLAGS = $(AM_CFLAGS) -mcx16 -pthread
@@ -22,15 +23,20 @@ OMPI_COMPONENT_LDFLAGS = -module -avoid-version -shared -Wl,-z,defs -pthread
 EXTRA_DIST += mpi-plugin/ompi_compat.h
 ompicomponentdir = $(OMPI_PKGLIBDIR)
 ompicomponent_LTLIBRARIES =
+AMCA_SETS = mpi-plugin/amca-param-sets/ivshmem \
+	mpi-plugin/amca-param-sets/ivshmem-heap
+# pml ucx with the UCT transport (ivshmem-ucx-heap: and the region heap)
+AMCA_UCX_SETS = mpi-plugin/amca-param-sets/ivshmem-ucx \
+	mpi-plugin/amca-param-sets/ivshmem-ucx-heap
+EXTRA_DIST += $(AMCA_SETS) $(AMCA_UCX_SETS)
 if HAVE_OMPI
 # mpirun --tune ivshmem (-am ivshmem): Open MPI looks in its
 # pkgdatadir/amca-param-sets
 ompiamcadir = $(OMPI_HELPDIR)/amca-param-sets
-dist_ompiamca_DATA = mpi-plugin/amca-param-sets/ivshmem \
-	mpi-plugin/amca-param-sets/ivshmem-heap
-else
-EXTRA_DIST += mpi-plugin/amca-param-sets/ivshmem \
-	mpi-plugin/amca-param-sets/ivshmem-heap
+ompiamca_DATA = $(AMCA_SETS)
+if HAVE_UCX
+ompiamca_DATA += $(AMCA_UCX_SETS)
+endif
 endif
 include $(top_srcdir)/mpi-plugin/btl/local.mk
 include $(top_srcdir)/mpi-plugin/mpool/local.mk

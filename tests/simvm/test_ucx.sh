@@ -1,16 +1,16 @@
 #!/bin/sh
 # The UCT transport ivshmem (mpi-plugin/ucx, libuct_ivshmem.so) under the
 # MPIs that run over UCX, across simulated VMs: two co-resident VMs on host
-# a (one region) and one VM on host b (its own region).
+# a (one region) and two on host b (another region).
 #  1. the transport registers only into the UCX it was built for: a
 #     process whose libucp says another version gets one message and no
 #     ivshmem component;
 #  2. `ucx_info -d` lists it with the device of the region it serves, and
 #     with no device where there is no region;
 #  3. Open MPI's pml ucx runs mpi_check (every payload checked, 0 B to
-#     4 MiB) across the three VMs; the transport's counters show the
-#     co-resident pair's traffic went through the region and the VM on
-#     host b sent nothing through it (tcp carried it);
+#     4 MiB) across the four VMs; the transport's counters show each
+#     host's pair went through its own region (two devices, two regions)
+#     and tcp carried the pairs across hosts;
 # Debian's MPICH (ch4:ucx) is not in this test yet: its checks pass through
 # the region, but MPI_Finalize hangs in about half of the runs (docs/ucx.md,
 # Not done yet), and a test must be deterministic.
@@ -52,7 +52,7 @@ else
     bad "another UCX: $n messages"; grep -i ivshmem "$work/fake.out" | head -5
 fi
 
-"$SIMVM" up a:0 a:1 b:2
+"$SIMVM" up a:0 a:1 b:2 b:3
 simvm_format 64M
 region_a=/dev/shm/ivshm-simhost-a
 
@@ -84,16 +84,26 @@ sent_bytes() {
     sed -n "s/^uct ivshmem: $2 pid [0-9]* device [^:]*: sent [0-9]* messages (\([0-9]*\) bytes).*/\1/p" "$1" |
         sort -n | tail -1
 }
-# check_routes FILE WHO: the co-resident pair went through the region (each
-# side sent more than the 4 MiB message twice, as rendezvous over tcp
-# would not), the VM of host b sent nothing through it; the one-sided
-# tests' window (in the region) was written and read by zcopy
+# device FILE VM: the region device VM's interface served
+device() {
+    sed -n "s/^uct ivshmem: $2 pid [0-9]* device \([^:]*\):.*/\1/p" "$1" | sort -u
+}
+# check_routes FILE WHO: each host's pair went through its own region (each
+# VM sent more than the 4 MiB message twice, as rendezvous over tcp would
+# not), the two hosts' devices differ (no region reaches across them); the
+# one-sided tests' window (in the region) was written and read by zcopy
 check_routes() {
-    s0=$(sent_bytes "$1" vm0-hosta) s1=$(sent_bytes "$1" vm1-hosta) s2=$(sent_bytes "$1" vm2-hostb)
-    if [ "${s0:-0}" -gt 8388608 ] && [ "${s1:-0}" -gt 8388608 ] && [ "${s2:-x}" = 0 ]; then
-        ok "$2: the region carried the co-resident pair (vm0 sent $s0 bytes, vm1 $s1), host b's VM nothing ($s2)"
+    s0=$(sent_bytes "$1" vm0-hosta) s1=$(sent_bytes "$1" vm1-hosta)
+    s2=$(sent_bytes "$1" vm2-hostb) s3=$(sent_bytes "$1" vm3-hostb)
+    da=$(device "$1" vm0-hosta) db=$(device "$1" vm2-hostb)
+    if [ "${s0:-0}" -gt 8388608 ] && [ "${s1:-0}" -gt 8388608 ] &&
+       [ "${s2:-0}" -gt 8388608 ] && [ "${s3:-0}" -gt 8388608 ] &&
+       [ -n "$da" ] && [ -n "$db" ] && [ "$da" != "$db" ] &&
+       [ "$(device "$1" vm1-hosta)" = "$da" ] && [ "$(device "$1" vm3-hostb)" = "$db" ]; then
+        ok "$2: host a's region ($da) carried vm0-vm1 ($s0, $s1 bytes), host b's ($db) vm2-vm3 ($s2, $s3)"
     else
-        bad "$2: region bytes vm0 ${s0:-none} vm1 ${s1:-none} vm2 ${s2:-none}"; grep "^uct ivshmem" "$1"
+        bad "$2: region bytes vm0 ${s0:-none} vm1 ${s1:-none} vm2 ${s2:-none} vm3 ${s3:-none}, devices ${da:-none} ${db:-none}"
+        grep "^uct ivshmem" "$1"
     fi
     p0=$(rma_bytes "$1" vm0-hosta put) g0=$(rma_bytes "$1" vm0-hosta get)
     p1=$(rma_bytes "$1" vm1-hosta put) g1=$(rma_bytes "$1" vm1-hosta get)
@@ -113,12 +123,12 @@ export SIMVM_PML
 xs=""
 for v in $UCX_ENV; do xs="$xs -x $v"; done
 # shellcheck disable=SC2086
-SIMVM_TIMEOUT=60 simvm_mpirun 10.200.0.1:1,10.200.0.2:1,10.200.0.3:1 3 \
+SIMVM_TIMEOUT=60 simvm_mpirun 10.200.0.1:1,10.200.0.2:1,10.200.0.3:1,10.200.0.4:1 4 \
     --mca coll ^ivshmem --mca btl self,tcp --mca mpi_yield_when_idle 1 \
     -x LD_PRELOAD="$UCT_LIB" $xs "$work/mpi_check" >"$work/ompi.out" 2>&1
 rc=$?
-if [ $rc -eq 0 ] && grep -q "mpi_check: 3 ranks: 10 passed, 0 failed" "$work/ompi.out"; then
-    ok "Open MPI pml ucx: mpi_check passes across the three VMs"
+if [ $rc -eq 0 ] && grep -q "mpi_check: 4 ranks: 10 passed, 0 failed" "$work/ompi.out"; then
+    ok "Open MPI pml ucx: mpi_check passes across the four VMs (two hosts)"
 else
     bad "Open MPI pml ucx (rc $rc)"; tail -30 "$work/ompi.out"
 fi
