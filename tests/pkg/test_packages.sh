@@ -244,12 +244,22 @@ if [ $rc = 0 ] && grep -q "2 ranks: 8 passed, 0 failed" "$work/heap.out" && [ "$
 else
     bad "--tune ivshmem-heap job (rc $rc, $blocks ranks with region blocks)"; tail -30 "$work/heap.out"
 fi
+# --tune ivshmem-ucx: Open MPI's pml ucx with the installed UCT transport
+# (UCX_TLS restricted as between all simulated VMs: they share /dev/shm)
+root_mpirun ucx --tune ivshmem-ucx -x UCX_TLS=self,ivshmem,tcp -x UCX_IVSHMEM_STATS=y /mnt/mpi_check
+usent=$(sed -n 's/^uct ivshmem: .* sent [0-9]* messages (\([0-9]*\) bytes).*/\1/p' "$work/ucx.out" |
+        awk '$1 > 8388608' | wc -l)
+if [ $rc = 0 ] && grep -q "2 ranks: 10 passed, 0 failed" "$work/ucx.out" && [ "$usent" -ge 2 ]; then
+    ok "--tune ivshmem-ucx: mpi_check passes over pml ucx, both ranks sent > 8 MiB through the region"
+else
+    bad "--tune ivshmem-ucx job (rc $rc, $usent interfaces sent > 8 MiB)"; tail -30 "$work/ucx.out"
+fi
 # the UCX transport, loaded by name from where the package put it
 if in_root env IVSHM_REGION="file:$region" LD_PRELOAD=libuct_ivshmem.so timeout 30 ucx_info -d \
-        >"$work/ucx.out" 2>&1 && grep -q "Transport: ivshmem" "$work/ucx.out"; then
+        >"$work/ucxinfo.out" 2>&1 && grep -q "Transport: ivshmem" "$work/ucxinfo.out"; then
     ok "ucx_info -d lists the installed ivshmem transport"
 else
-    bad "ucx_info -d with libuct_ivshmem.so"; tail -20 "$work/ucx.out"
+    bad "ucx_info -d with libuct_ivshmem.so"; tail -20 "$work/ucxinfo.out"
 fi
 umount -R "$R/run/netns"; umount "$R/run/ivshm-simvm"
 "$SIMVM" down
