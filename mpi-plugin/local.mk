@@ -23,9 +23,9 @@ EXTRA_DIST += mpi-plugin/ompi_compat.h
 ompicomponentdir = $(OMPI_PKGLIBDIR)
 ompicomponent_LTLIBRARIES =
 if HAVE_OMPI
-# mpirun --tune ivshmem (-am ivshmem): Open MPI looks in its
-# pkgdatadir/amca-param-sets
-ompiamcadir = $(OMPI_HELPDIR)/amca-param-sets
+# mpirun --tune ivshmem: Open MPI 4.1 looks in its pkgdatadir/
+# amca-param-sets, 5.x's PRRTE in its own (configure's OMPI_AMCADIR)
+ompiamcadir = $(OMPI_AMCADIR)
 dist_ompiamca_DATA = mpi-plugin/amca-param-sets/ivshmem \
 	mpi-plugin/amca-param-sets/ivshmem-heap
 else

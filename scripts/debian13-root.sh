@@ -45,6 +45,8 @@ in_root() {
     unshare --mount --propagation private sh -ec '
         r=$1 top=$2
         shift 2
+        # the root a mount point of its own: ip netns exec makes / a slave
+        mount --bind "$r" "$r"
         mount --rbind /proc "$r/proc"
         mount --rbind /sys "$r/sys"
         mount --rbind /dev "$r/dev"
