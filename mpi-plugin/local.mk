@@ -30,9 +30,9 @@ AMCA_UCX_SETS = mpi-plugin/amca-param-sets/ivshmem-ucx \
 	mpi-plugin/amca-param-sets/ivshmem-ucx-heap
 EXTRA_DIST += $(AMCA_SETS) $(AMCA_UCX_SETS)
 if HAVE_OMPI
-# mpirun --tune ivshmem (-am ivshmem): Open MPI looks in its
-# pkgdatadir/amca-param-sets
-ompiamcadir = $(OMPI_HELPDIR)/amca-param-sets
+# mpirun --tune ivshmem: Open MPI 4.1 looks in its pkgdatadir/
+# amca-param-sets, 5.x's PRRTE in its own (configure's OMPI_AMCADIR)
+ompiamcadir = $(OMPI_AMCADIR)
 ompiamca_DATA = $(AMCA_SETS)
 if HAVE_UCX
 ompiamca_DATA += $(AMCA_UCX_SETS)

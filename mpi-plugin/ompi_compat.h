@@ -1,7 +1,10 @@
 /*
  * What differs between the Open MPI releases the components build against:
- * 4.1.x (BTL 3.1) and 5.x (BTL 3.3, PMIx used directly). Checked by
- * compiling against Debian's 5.0.7 headers (scripts/check-ompi5.sh).
+ * 4.1.x (BTL 3.1, coll 2.0) and 5.x (BTL 3.3, coll 2.4, PMIx used
+ * directly). Everything that differs lives here, behind one switch
+ * (IVSHMEM_OMPI5); the components' sources have no version test of their
+ * own. Built and run against Debian 13's 5.0.7 in a trixie root
+ * (scripts/debian13-root.sh, docs/support.md).
  */
 #ifndef MCA_IVSHMEM_OMPI_COMPAT_H
 #define MCA_IVSHMEM_OMPI_COMPAT_H
@@ -10,7 +13,12 @@
 
 #include "opal/mca/btl/btl.h"
 
-#if BTL_VERSION >= 330
+#include <string.h>
+
+/* Open MPI 5.x: BTL 3.3 comes with coll 2.4, mpool 3.1 and PRRTE */
+#define IVSHMEM_OMPI5 (BTL_VERSION >= 330)
+
+#if IVSHMEM_OMPI5
 #include "opal/mca/pmix/pmix-internal.h"
 #define IVSHMEM_PMIX_JOB_SIZE PMIX_JOB_SIZE
 #define IVSHMEM_PMIX_GLOBAL PMIX_GLOBAL
@@ -21,6 +29,44 @@
 #define IVSHMEM_PMIX_GLOBAL OPAL_PMIX_GLOBAL
 #define IVSHMEM_PMIX_UINT32 OPAL_UINT32
 #endif
+
+/* coll: the component's version (5.x's communicators name themselves
+ * through a pointer, 4.1's through an array: both print with %s) */
+#if IVSHMEM_OMPI5
+#define IVSHMEM_COLL_COMPONENT_T mca_coll_base_component_2_4_0_t
+#define IVSHMEM_COLL_BASE_VERSION MCA_COLL_BASE_VERSION_2_4_0
+#else
+#define IVSHMEM_COLL_COMPONENT_T mca_coll_base_component_2_0_0_t
+#define IVSHMEM_COLL_BASE_VERSION MCA_COLL_BASE_VERSION_2_0_0
+#endif
+
+/* Hands one received message (one segment) to the callback ob1
+ * registered for its tag. BTL 3.3 passes a receive descriptor that names
+ * the sender; 3.1 a full descriptor and the tag. */
+static inline void
+ivshmem_compat_deliver(struct mca_btl_base_module_t *btl,
+                       struct mca_btl_base_endpoint_t *ep,
+                       mca_btl_base_tag_t tag, mca_btl_base_segment_t *seg,
+                       const mca_btl_active_message_callback_t *reg)
+{
+#if IVSHMEM_OMPI5
+    mca_btl_base_receive_descriptor_t rd = {
+        .endpoint = ep,
+        .des_segments = seg,
+        .des_segment_count = 1,
+        .tag = tag,
+        .cbdata = reg->cbdata,
+    };
+    reg->cbfunc(btl, &rd);
+#else
+    (void)ep;
+    mca_btl_base_descriptor_t des;
+    memset(&des, 0, sizeof(des));
+    des.des_segments = seg;
+    des.des_segment_count = 1;
+    reg->cbfunc(btl, tag, &des, reg->cbdata);
+#endif
+}
 
 /* 5.x dropped the macro; the components are built with default
  * visibility, the attribute only makes the export explicit */

@@ -146,6 +146,13 @@ cat "$top/_build-release/ompi5.out"
 tier "Open MPI 5 compile check" "ran ($(grep -c 'check-ompi5: ok' "$top/_build-release/ompi5.out") files)"
 grep '^check-ompi5: not run: ' "$top/_build-release/ompi5.out" | sed 's/^check-ompi5: //' | while read -r l; do
     tier "Open MPI 5 compile check" "$l"; done
+# Debian 13 (Open MPI 5.0): a trixie root made by debootstrap (cached in
+# /var/cache/libivshm/trixie-root), the build and the launch tests in it
+echo "=== Debian 13 (Open MPI 5.0)"
+sh scripts/test-debian13.sh >"$top/_build-release/deb13.out" 2>&1 || {
+    cat "$top/_build-release/deb13.out"; die "Debian 13 (Open MPI 5.0) tier"; }
+cat "$top/_build-release/deb13.out"
+tier "Debian 13 (Open MPI 5.0)" "ran ($(grep -c '^ok' "$top/_build-release/deb13.out") checks)"
 # The sanitizer builds leave out the MPI component and the guests: an
 # instrumented component cannot be loaded into uninstrumented MPI
 # processes, and the guests take static programs. So their MPI, guest and

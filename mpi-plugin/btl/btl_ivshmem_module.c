@@ -249,24 +249,7 @@ void mca_btl_ivshmem_deliver(struct mca_btl_base_module_t *btl,
     mca_btl_base_segment_t seg;
     seg.seg_addr.pval = data;
     seg.seg_len = len;
-#if BTL_VERSION >= 330
-    /* Open MPI 5.x (BTL 3.3): a receive descriptor replaces the descriptor */
-    mca_btl_base_receive_descriptor_t rd = {
-        .endpoint = ep,
-        .des_segments = &seg,
-        .des_segment_count = 1,
-        .tag = tag,
-        .cbdata = reg->cbdata,
-    };
-    reg->cbfunc(btl, &rd);
-#else
-    (void)ep;
-    mca_btl_base_descriptor_t des;
-    memset(&des, 0, sizeof(des));
-    des.des_segments = &seg;
-    des.des_segment_count = 1;
-    reg->cbfunc(btl, tag, &des, reg->cbdata);
-#endif
+    ivshmem_compat_deliver(btl, ep, tag, &seg, reg);
 }
 
 /* ---- MPI_THREAD_MULTIPLE ----

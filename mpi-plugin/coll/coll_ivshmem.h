@@ -54,7 +54,7 @@ enum coll_ivshmem_kind {
 };
 
 typedef struct mca_coll_ivshmem_component_t {
-    mca_coll_base_component_2_0_0_t super;
+    IVSHMEM_COLL_COMPONENT_T super;
     int priority;
     char *enable;             /* comma list of collective names */
     unsigned enabled;         /* bit per kind, parsed from enable */

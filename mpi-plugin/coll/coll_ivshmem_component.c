@@ -31,7 +31,7 @@ static mca_coll_base_module_t *civ_comm_query(ompi_communicator_t *comm,
 mca_coll_ivshmem_component_t mca_coll_ivshmem_component = {
     .super = {
         .collm_version = {
-            MCA_COLL_BASE_VERSION_2_0_0,
+            IVSHMEM_COLL_BASE_VERSION,
             .mca_component_name = "ivshmem",
             MCA_BASE_MAKE_VERSION(component, OMPI_MAJOR_VERSION,
                                   OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION),

@@ -78,9 +78,11 @@ static int hier_setup(mca_coll_ivshmem_module_t *m)
     if (m->leaders == &ompi_mpi_comm_null.comm)
         m->leaders = NULL;
     m->setup = rc == OMPI_SUCCESS ? CIV_SETUP_OK : CIV_SETUP_FAILED;
-    if (rc == OMPI_SUCCESS)
-        snprintf(m->local->c_name, sizeof(m->local->c_name),
-                 "%.40s/region", comm->c_name);
+    if (rc == OMPI_SUCCESS) {
+        char name[MPI_MAX_OBJECT_NAME];
+        snprintf(name, sizeof(name), "%.40s/region", comm->c_name);
+        ompi_comm_set_name(m->local, name);
+    }
     return rc;
 }
 

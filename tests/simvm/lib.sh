@@ -34,6 +34,21 @@ for v in OMPI_MCA_plm OMPI_MCA_btl_vader_single_copy_mechanism OMPI_MCA_btl OMPI
     [ -n "$val" ] && SIMVM_ENV_NOTES="$SIMVM_ENV_NOTES $v=$val" && unset "$v"
 done
 
+# Open MPI 5.x launches through PRRTE: ORTE's parameters are gone, and so
+# is osc pt2pt (5.x's osc rdma runs over any BTL). PRRTE hands
+# mca_base_component_path to PMIx as well, whose component loader then
+# lists every file of our folders as "bad prefix": PMIx keeps its own.
+SIMVM_OMPI_MAJOR=$(mpirun --version 2>/dev/null | sed -n 's/^mpirun (Open MPI) \([0-9]*\)\..*/\1/p' | head -1)
+if [ "${SIMVM_OMPI_MAJOR:-4}" -ge 5 ]; then
+    SIMVM_OSC=
+    SIMVM_LAUNCH_OPTS=
+    PMIX_MCA_mca_base_component_path=$(pkg-config --variable=libdir pmix 2>/dev/null)/pmix
+    export PMIX_MCA_mca_base_component_path
+else
+    SIMVM_OSC="--mca osc pt2pt"
+    SIMVM_LAUNCH_OPTS="--mca orte_base_help_aggregate 0 --mca orte_default_hostfile none"
+fi
+
 # pml ob1: the BTLs (ours among them) serve ob1; Debian's build would pick
 # pml/osc ucx where UCX finds a network. osc pt2pt: one-sided over the
 # BTLs' send path (osc rdma in Open MPI 4.1 wants one BTL that reaches
@@ -50,9 +65,8 @@ simvm_mpirun() {
         --mca plm_rsh_agent "$top_srcdir/tests/simvm/agent" \
         --mca oob_tcp_if_include 10.200.0.0/24 --mca btl_tcp_if_include 10.200.0.0/24 \
         --mca mca_base_component_path "$(ivshm_component_path)" \
-        --mca orte_base_help_aggregate 0 -x IVSHM_HELP_DIR \
-        --mca orte_default_hostfile none \
-        ${SIMVM_PML:---mca pml ob1 --mca osc pt2pt} \
+        $SIMVM_LAUNCH_OPTS -x IVSHM_HELP_DIR \
+        ${SIMVM_PML:---mca pml ob1 $SIMVM_OSC} \
         "$@"
     simvm_rc=$?
     [ $simvm_rc != 124 ] ||
@@ -72,7 +86,7 @@ single_node_mpirun() {
     timeout -k 10 "$SIMVM_TIMEOUT" "${SIMVM_LAUNCHER:-mpirun}" --allow-run-as-root -np "$np" \
         --mca plm_rsh_agent /bin/false \
         --mca mca_base_component_path "$(ivshm_component_path)" \
-        --mca pml ob1 --mca osc pt2pt --mca btl_ivshmem_same_vm 1 \
+        --mca pml ob1 $SIMVM_OSC --mca btl_ivshmem_same_vm 1 \
         -x IVSHM_REGION -x IVSHM_HELP_DIR "$@"
     simvm_rc=$?
     [ $simvm_rc != 124 ] ||
