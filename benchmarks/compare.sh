@@ -13,9 +13,13 @@
 #   tcp          2 VMs, btl self,tcp (the network path)
 # Through UCX (pml ucx; where the UCT transport is built and Open MPI has
 # pml ucx; not with --single-node), docs/ucx.md:
-#   ucx-ivshmem  2 VMs, the UCT transport ivshmem (UCX_TLS=self,ivshmem,tcp,
+#   ucx-ivshmem  2 VMs, the UCT transport ivshmem (UCX_TLS=self,ivshmem,
 #                libuct_ivshmem.so preloaded, UCX_RNDV_THRESH=inf until it
-#                has put/get zcopy)
+#                has put/get zcopy). No tcp: UCP would give it a lane of
+#                the pair and then poll its sockets (one epoll_wait system
+#                call) on every progress call, ~0.4 us a round trip that
+#                ucx-sm does not pay (docs/ucx.md, Latency);
+#                UCX_IVS_TLS=self,ivshmem,tcp measures that cost
 #   ucx-heap     the same with the region heap preloaded too
 #   ucx-sm       2 ranks in one VM, UCX's own shared memory (UCX_TLS=
 #                self,posix,cma): the native reference of the UCX set-ups
@@ -79,7 +83,7 @@ while [ $# -gt 0 ]; do
     --pairs) pairs=$2; shift ;;
     --rounds) rounds=$2; shift ;;
     --setups) only=$2; shift ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -112,6 +116,7 @@ fi
 # the UCX set-ups: pml ucx as tests/simvm/test_ucx.sh runs it
 UCT_LIB=$top_builddir/mpi-plugin/ucx/.libs/libuct_ivshmem.so
 UCX_PML="--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any --mca osc ucx"
+UCX_IVS_TLS=${UCX_IVS_TLS:-self,ivshmem}
 have_ucx=0
 if [ $single = 0 ] && [ -f "$UCT_LIB" ] && ompi_info 2>/dev/null | grep -q "MCA pml: ucx"; then
     have_ucx=1
@@ -140,7 +145,7 @@ run() { # setup bench -> $work/setup.bench (lines "size value")
     ucx-ivshmem|ucx-heap) hosts=10.200.0.1:$per,10.200.0.2:$per
         pre=$UCT_LIB
         [ "$setup" = ucx-heap ] && pre="$pre $top_builddir/libivshm/.libs/libivshm-heap.so"
-        set -- -x LD_PRELOAD="$pre" -x UCX_TLS=self,ivshmem,tcp -x UCX_RNDV_THRESH=inf ;;
+        set -- -x LD_PRELOAD="$pre" -x UCX_TLS="$UCX_IVS_TLS" -x UCX_RNDV_THRESH=inf ;;
     ucx-sm) hosts=10.200.0.1:$np; set -- -x UCX_TLS=self,posix,cma ;;
     esac
     case $setup in

@@ -9,7 +9,9 @@
 # UCT level: am_lat (one-way latency of an active-message ping-pong, short
 # and bcopy), am_bw (bcopy messages streamed, bandwidth and message rate);
 # cma put_bw zcopy. UCP level: tag_lat and tag_bw with UCX_TLS
-# self,ivshmem,tcp (two VMs), self,posix,cma (one VM) and self,tcp (two VMs).
+# self,ivshmem (two VMs), self,posix,cma (one VM) and self,tcp (two VMs);
+# tag_lat also with self,ivshmem,tcp (ucp-ivs+tcp: what a tcp lane's
+# progress, one epoll_wait a call, adds; docs/ucx.md, Latency).
 # Server on CPU 2, client on CPU 4 in every set-up (compare.sh's pinning).
 #
 #   ucx-perftest.sh [--iters N] [--rounds N] [--uct-only | --ucp-only]
@@ -34,7 +36,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift ;;
     --uct-only) levels=uct ;;
     --ucp-only) levels=ucp ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "ucx-perftest.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -71,7 +73,7 @@ pt() {
     n=$iters w=2000
     case $test in *bw*) n=$((268435456 / size)); [ $n -le "$iters" ] || n=$iters; [ $n -ge 200 ] || n=200
         w=$((n / 10 + 10)) ;; esac
-    case $setup in ivshmem|tcp|ucp-ivshmem|ucp-tcp) client_vm=10.200.0.2 ;; *) client_vm=10.200.0.1 ;; esac
+    case $setup in ivshmem|tcp|ucp-ivshmem|ucp-ivs+tcp|ucp-tcp) client_vm=10.200.0.2 ;; *) client_vm=10.200.0.1 ;; esac
     port=$((port + 1))
     # shellcheck disable=SC2086
     "$AGENT" 10.200.0.1 env $envs timeout 20 ucx_perftest -p $port $cpu_srv >"$work/srv.out" 2>&1 &
@@ -124,12 +126,13 @@ for round in $(seq 1 "$rounds"); do
     esac
     case $levels in *ucp*)
     for s in $ucp_lat_sizes; do
-        pt ucp-ivshmem tag_lat - "$s" $IVS UCX_TLS=self,ivshmem,tcp UCX_RNDV_THRESH=inf --
+        pt ucp-ivshmem tag_lat - "$s" $IVS UCX_TLS=self,ivshmem UCX_RNDV_THRESH=inf --
+        pt ucp-ivs+tcp tag_lat - "$s" $IVS UCX_TLS=self,ivshmem,tcp UCX_RNDV_THRESH=inf --
         pt ucp-sm tag_lat - "$s" UCX_TLS=self,posix,cma --
         pt ucp-tcp tag_lat - "$s" UCX_TLS=self,tcp --
     done
     for s in $ucp_bw_sizes; do
-        pt ucp-ivshmem tag_bw - "$s" $IVS UCX_TLS=self,ivshmem,tcp UCX_RNDV_THRESH=inf --
+        pt ucp-ivshmem tag_bw - "$s" $IVS UCX_TLS=self,ivshmem UCX_RNDV_THRESH=inf --
         pt ucp-sm tag_bw - "$s" UCX_TLS=self,posix,cma --
         pt ucp-tcp tag_bw - "$s" UCX_TLS=self,tcp --
     done ;;
