@@ -194,6 +194,27 @@ collect() {
     done
 }
 
+echo "== permissions: a region only root may open"
+# libvirt does not chown the backing file of a <shmem>: QEMU (not root)
+# must be given it; check-libvirt says so before virsh start fails
+"$IVSHM_TOOL" format "file:/dev/shm/$name" --size 16M --mode 0600 >/dev/null
+shm=$("$host" libvirt-xml --name "$name" --size 16M 2>/dev/null)
+define_and_check "$name-root" plain-a "" "$shm"
+if grep -q "root's only" "$work/$name-root.check"; then
+    pass=$((pass + 1)); echo "   check-libvirt warns of the root-only region"
+else
+    fail=$((fail + 1)); echo "FAIL: check-libvirt did not warn of the root-only region"
+fi
+if $virsh start "$name-root" >"$work/$name-root.start" 2>&1; then
+    fail=$((fail + 1)); echo "FAIL: QEMU (as $quser) opened a root-only region"
+    $virsh destroy "$name-root" >/dev/null 2>&1
+else
+    pass=$((pass + 1)); echo "   virsh start refused, as expected:"
+    grep -o "Permission denied\|error: .*" "$work/$name-root.start" | head -2 | sed 's/^/     /'
+fi
+$virsh undefine "$name-root" >/dev/null 2>&1
+rm -f "/dev/shm/$name"
+
 echo "== plain: ivshm-host create + libvirt-xml, two domains"
 t0=$(date +%s)
 "$host" create "/dev/shm/$name" --size 16M --owner "$quser:$qgroup" --mode 0660 |
@@ -204,6 +225,10 @@ for r in a b; do define_and_check "$name-plain-$r" "plain-$r" "" "$shm"; done
 start_all "$name-plain-a" "$name-plain-b"
 wait_off "$name-plain-a" "$name-plain-b"
 collect "$name-plain-a" "$name-plain-b"
+# libvirt left the region as ivshm-host create made it (no relabelling)
+got=$(stat -c '%U:%G %a' "/dev/shm/$name")
+if [ "$got" = "$quser:$qgroup 660" ]; then pass=$((pass + 1)); echo "   region still $got"
+else fail=$((fail + 1)); echo "FAIL: libvirt changed the region to $got"; fi
 echo "   ($(($(date +%s) - t0)) s)"
 
 echo "== doorbell: ivshm-server + libvirt-xml --doorbell, two domains"
