@@ -9,7 +9,8 @@ PKGS="build-essential autoconf automake libtool pkg-config
       libibverbs-dev librdmacm-dev debootstrap cpio kmod
       openssh-client systemd
       libucx-dev ucx-utils mpich libmpich-dev dpkg-dev
-      debhelper dh-dkms lintian"
+      debhelper dh-dkms lintian
+      libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients"
 missing=
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"

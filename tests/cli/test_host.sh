@@ -86,6 +86,9 @@ xml "$(cat "$out.frag")"; rm -f "$out.frag"
 expect 0 "check-libvirt: doorbell" "$HOST" check-libvirt /tmp/$N.xml
 contains "doorbell through /tmp/$N.sock, 2 vector(s)"
 contains "does not exist yet"
+xml "<shmem name='$N'><model type='ivshmem-doorbell'/><size unit='M'>4</size><server path='/tmp/$N.sock'/></shmem>"
+expect 1 "check-libvirt: doorbell with a size (libvirt refuses it)" "$HOST" check-libvirt /tmp/$N.xml
+contains "libvirt refuses <size> with ivshmem-doorbell"
 printf 'garbage' > "$R" # destroy the region's header
 xml "<shmem name='$N'><model type='ivshmem-plain'/></shmem>"
 expect 1 "check-libvirt: damaged region" "$HOST" check-libvirt /tmp/$N.xml

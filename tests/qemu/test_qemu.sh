@@ -37,14 +37,7 @@ echo "== building ivshmem.ko for $(cat "$kit/kver")"
 sh "$s/tests/qemu/build-module.sh" "$kit" "$s" "$work/mod" || exit 1
 
 # ---- the initramfs ----
-root=$work/initramfs
-mkdir -p "$root/bin" "$root/proc" "$root/sys" "$root/dev" "$root/tmp"
-cp /bin/busybox "$root/bin/busybox"
-cp "$s/tests/qemu/guest-init.sh" "$root/init"
-cp "$work/mod/ivshmem.ko" "$b/tests/qemu/guest_test" "$root/"
-cp "$b/tests/qemu/ivshm-static" "$root/ivshm"
-chmod +x "$root/init" "$root/guest_test" "$root/ivshm"
-(cd "$root" && find . | /bin/busybox cpio -o -H newc 2>/dev/null) > "$work/initrd"
+busybox_initrd "$work" "$b" "$s" "$work/initrd"
 
 # guest NAME ROLE APPEND-EXTRA QEMU-DEVICE-ARGS...: boots one guest in the
 # background (pid added to $pids); its console goes to $work/NAME.log
