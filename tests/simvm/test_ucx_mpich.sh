@@ -6,11 +6,13 @@
 # ranks; each run must pass and end (MPI_Finalize included) within its
 # bound, and the counters must show the co-resident pair's traffic went
 # through the region and host b's rank sent nothing through it.
-# mpi_check is linked with mpich_finalize.c: a PMI barrier ahead of
-# MPI_Finalize, as MPICH 4.2 does it itself. Without it MPICH 4.0.2's
-# finalize hangs in most runs, with or without the region (UCX_TLS=self,tcp
-# hung 6 of 8 runs): a rank waits in its PMI barrier while a peer's tcp
-# close flush waits for its ack (docs/ucx.md, "MPICH 4.0.2's finalize").
+# mpi_check is linked with mpich_finalize.c (a message each way between
+# every pair, then a PMI barrier ahead of MPI_Finalize) and runs with
+# UCX_MAX_RNDV_LANES=0 (no tcp lane beside the region's between the pair).
+# Without them MPICH 4.0.2's finalize hangs in most runs, with or without
+# the region (UCX_TLS=self,tcp hung 6 of 8 runs): a rank waits in its PMI
+# barrier while a peer's tcp close flush waits for its ack (docs/ucx.md,
+# "MPICH 4.0.2's finalize").
 # UCX_TLS and UCX_RNDV_THRESH as in test_ucx.sh (the simulated VMs share
 # /dev/shm; no put/get zcopy yet).
 set -u
@@ -49,7 +51,7 @@ while [ $i -lt "$runs" ]; do
     t0=$(date +%s)
     timeout -k 5 40 mpiexec.mpich -launcher ssh -launcher-exec "$top_srcdir/tests/simvm/agent" \
         -iface ivsbr0 -hosts 10.200.0.1,10.200.0.2,10.200.0.3 -n 3 \
-        -genv UCX_TLS self,ivshmem,tcp -genv UCX_RNDV_THRESH inf \
+        -genv UCX_TLS self,ivshmem,tcp -genv UCX_RNDV_THRESH inf -genv UCX_MAX_RNDV_LANES 0 \
         -genv UCX_IVSHMEM_STATS y -genv LD_PRELOAD "$UCT_LIB" \
         "$work/mpi_check" >"$out" 2>&1
     rc=$?
