@@ -11,9 +11,7 @@
 #     4 MiB) across the four VMs; the transport's counters show each
 #     host's pair went through its own region (two devices, two regions)
 #     and tcp carried the pairs across hosts;
-# Debian's MPICH (ch4:ucx) is not in this test yet: its checks pass through
-# the region, but MPI_Finalize hangs in about half of the runs (docs/ucx.md,
-# Not done yet), and a test must be deterministic.
+# Debian's MPICH (ch4:ucx) over the simulated VMs: test_ucx_mpich.sh.
 # UCX_TLS is restricted to self, ivshmem and tcp: the simulated VMs share
 # /dev/shm and the boot id, so UCX's own posix/sysv/cma would reach across
 # them (in real guests they cannot). UCX's default rendezvous runs: the

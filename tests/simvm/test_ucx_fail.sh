@@ -7,6 +7,14 @@
 # proven gone by its VM's pid table) within 10 s, not hang. Before, a dead
 # peer was only logged and UCP refused the transport for mode peer (no
 # UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE).
+# Then an MPI job: Open MPI's pml ucx across three simulated VMs (two
+# co-resident on host a, one on host b, as test_ucx.sh), mpi_kill.c: rank 1
+# kills itself (SIGKILL) in the middle of 4 MiB transfers through the
+# region, $UCX_KILL_RUNS times (default 2). Each job must end within 30 s,
+# non-zero, with mpirun's message naming the killed rank, and no surviving
+# rank may report a wrong payload. The killed rank's lease is only in doubt
+# for the other VM (docs/lifetimes.md), so the transport reports nothing:
+# mpirun's own abort (its daemon saw the rank die) ends the job.
 set -u
 . "$(dirname "$0")/lib.sh"
 UCT_LIB=$top_builddir/mpi-plugin/ucx/.libs/libuct_ivshmem.so
@@ -14,9 +22,9 @@ UCT_LIB=$top_builddir/mpi-plugin/ucx/.libs/libuct_ivshmem.so
 command -v pkg-config >/dev/null && pkg-config --exists ucx || simvm_skip "no UCX headers"
 
 work=$(mktemp -d)
-trap 'kill $a $b 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $a $b 2>/dev/null; [ -z "$vms" ] || "$SIMVM" down; rm -rf "$work"' EXIT
 trap 'exit 1' INT TERM
-a="" b=""
+a="" b="" vms=""
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok: $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
@@ -55,6 +63,41 @@ if grep -q running "$work/a.out" && grep -q running "$work/b.out"; then
 else
     bad "the two UCP processes did not exchange messages through the region"
     cat "$work/a.out" "$work/b.out"
+fi
+
+# ---- an Open MPI pml ucx job whose rank 1 is killed mid-transfer
+if [ "$(id -u)" != 0 ] || ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null ||
+   ! { ip netns add ivsprobe 2>/dev/null && ip netns del ivsprobe; }; then
+    [ "${IVSHM_REQUIRE_ALL:-0}" = 1 ] && bad "the MPI job needs root, Open MPI and namespaces"
+    echo "skip: the MPI job (needs root, Open MPI and network namespaces)"
+else
+    vms=1
+    "$SIMVM" up a:0 a:1 b:2
+    simvm_format 64M
+    mpicc -O2 "$top_srcdir/tests/simvm/mpi_kill.c" -o "$work/mpi_kill" || exit 1
+    SIMVM_PML="--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any"
+    export SIMVM_PML
+    runs=${UCX_KILL_RUNS:-2} i=0
+    while [ $i -lt "$runs" ]; do
+        i=$((i + 1))
+        out=$work/kill.$i.out
+        t0=$(date +%s)
+        SIMVM_TIMEOUT=60 simvm_mpirun 10.200.0.1:1,10.200.0.2:1,10.200.0.3:1 3 \
+            --mca coll ^ivshmem --mca btl self,tcp --mca mpi_yield_when_idle 1 \
+            -x LD_PRELOAD="$UCT_LIB" -x UCX_TLS=self,ivshmem,tcp -x UCX_RNDV_THRESH=inf \
+            "$work/mpi_kill" >"$out" 2>&1
+        rc=$?
+        t=$(($(date +%s) - t0))
+        if [ $rc != 0 ] && [ $rc != 124 ] && [ $t -le 30 ] &&
+           grep -q "mpi_kill: rank 0: rounds 0-2 checked" "$out" &&
+           grep -q "mpi_kill: rank 1 killed in the middle" "$out" &&
+           grep -q "exited on signal 9" "$out" && ! grep -q "wrong payload\|all .* rounds done" "$out"; then
+            ok "MPI job, rank 1 killed mid-transfer (run $i): ended in $t s, exit $rc: $(grep -o "process rank 1 .*exited on signal 9[^.]*" "$out" | head -1)"
+        else
+            bad "MPI job, rank 1 killed mid-transfer (run $i): exit $rc after $t s (124: it hung)"
+            tail -30 "$out"
+        fi
+    done
 fi
 
 echo "test_ucx_fail: $pass passed, $fail failed"
