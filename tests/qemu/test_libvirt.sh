@@ -91,14 +91,16 @@ if ! getent passwd libvirt-qemu >/dev/null; then
     binds="$binds etc/passwd:passwd etc/group:group"
 fi
 # libvirt's system paths, each bound to the test's folder in the daemon's
-# own mount namespace (the machine's directories only serve as mount points)
+# own mount namespace (the machine's directories only serve as mount points);
+# its pid file in the test's folder too, not /run/libvirtd.pid, which a
+# libvirtd of the machine (or of another run) holds
 unshare --mount --propagation private sh -c '
     lv=$1; shift
     for d; do
         [ -e "/${d%%:*}" ] || mkdir -p "/${d%%:*}"
         mount --bind "$lv/${d#*:}" "/${d%%:*}" || exit 1
     done
-    exec libvirtd --config "$lv/etc/libvirtd.conf"' sh "$lv" $binds >"$lv/daemon.out" 2>&1 &
+    exec libvirtd --config "$lv/etc/libvirtd.conf" --pid-file "$lv/libvirtd.pid"' sh "$lv" $binds >"$lv/daemon.out" 2>&1 &
 daemon_pid=$!
 virsh="virsh -q -c qemu:///system?socket=$lv/run/libvirt-sock"
 i=0
