@@ -20,7 +20,7 @@
 #   heap        the region heap preloaded (malloc'd buffers in the region)
 #
 # Benchmarks: latency, latmt (latency under MPI_THREAD_MULTIPLE), bw, bibw,
-# mlat (N pairs), put, get, mtrate (4 threads per rank: needs 10 CPUs), from
+# mlat (N pairs), mbwmr (N pairs, window 64), put, get, mtrate (4 threads per rank: needs 10 CPUs), from
 # ivshm-osu; prim is the channel primitive (the build's ivshm-lat, two
 # processes on CPUs 2 and 4, no MPI; it reports medians of batches, so its
 # mean column repeats the median).
@@ -92,7 +92,7 @@ run() { # INDEX NAME BENCH ROUND -> lines on stdout
     fi
     per=1 threads=1 args=""
     case $bench in
-    mlat) per=$pairs ;;
+    mlat|mbwmr) per=$pairs ;;
     latmt) args="latency -T" ;;
     mtrate) threads=4 args="mtrate -t 4" ;;
     esac

@@ -44,7 +44,9 @@
 #
 # mlat (multi-pair latency) runs N pairs (default 7) at once: ranks 0..N-1
 # in one VM, N..2N-1 in the other (vader: all 2N in one VM), rank k with
-# rank k+N; the other benchmarks run one pair.
+# rank k+N; the other benchmarks run one pair. mbwmr (multi-pair message
+# rate, as osu_mbw_mr: window 64, M messages/s of all pairs) runs the same
+# N pairs, rank k sending to rank k+N.
 #
 # Under MPI_THREAD_MULTIPLE (ivshm-osu only, set-ups ivshmem,
 # ivshmem-heap and vader):
@@ -125,7 +127,7 @@ fi
 osu_prog() {
     case $1 in
     latency) echo osu_latency ;; bw) echo osu_bw ;; bibw) echo osu_bibw ;;
-    mlat) echo osu_multi_lat ;; put) echo osu_put_latency ;; get) echo osu_get_latency ;;
+    mlat) echo osu_multi_lat ;; mbwmr) echo osu_mbw_mr ;; put) echo osu_put_latency ;; get) echo osu_get_latency ;;
     *) echo "osu_$1" ;;
     esac
 }
@@ -133,7 +135,7 @@ osu_prog() {
 run() { # setup bench -> $work/setup.bench (lines "size value")
     setup=$1 prog=$2 tag=$2 map=core
     per=1
-    [ "$prog" = mlat ] && per=$pairs
+    case $prog in mlat|mbwmr) per=$pairs ;; esac
     np=$((2 * per))
     case $setup in
     ivshmem|ivshmem-am|ivshmem-heap) hosts=10.200.0.1:$per,10.200.0.2:$per
@@ -202,6 +204,7 @@ for bench in $benches; do
     latency|latmt|mlat|put|get) MAXB=$([ $quick = 1 ] && echo 65536 || echo 4194304); unit=us ;;
     bw|bibw) MAXB=4194304; unit=MB/s ;;
     mtrate) MAXB=$([ $quick = 1 ] && echo 65536 || echo 1048576); unit="M msg/s" ;;
+    mbwmr) MAXB=$([ $quick = 1 ] && echo 65536 || echo 1048576); unit="M msg/s (osu_mbw_mr: MB/s)" ;;
     *) MAXB=$([ $quick = 1 ] && echo 65536 || echo 1048576); unit=us ;;
     esac
     REPS=$([ $quick = 1 ] && echo 5 || echo 11)
@@ -344,6 +347,33 @@ for bench in $benches; do
                 for (i = 1; i <= 4; i++) if (tot[k[i]])
                     printf "%s under MPI_THREAD_MULTIPLE, %s (target %s): met at %d of %d sizes%s\n", bench, k[i],
                         (bench == "latmt" ? "<= 1.10" : ">= 0.90"), met[k[i]], tot[k[i]],
+                        (met[k[i]] == tot[k[i]] ? ": met" : "; MISSED at" miss[k[i]])
+            }' "$work/table.$bench")
+" ;;
+    esac
+    # the small-message targets (issue 31): at 1 B-2 KiB, bandwidth,
+    # bidirectional bandwidth and the N-pair message rate >= 1.00 x vader,
+    # one- and N-pair latency <= 1.00 x; plain and with the region heap,
+    # medians and means apart
+    case $bench in
+    latency|mlat|bw|bibw|mbwmr)
+        summary="$summary$(awk -v bench="$bench" '
+            function chk(name, q) {
+                if (q == "-" || q == "") return
+                ok = lat ? q + 0 <= 1.00 : q + 0 >= 1.00
+                tot[name]++; if (ok) met[name]++; else miss[name] = miss[name] " " $1 ":" q
+            }
+            NR > 1 && $1 >= 1 && $1 <= 2048 && $5 > 0 {
+                lat = (bench == "latency" || bench == "mlat")
+                chk("ivshmem / vader medians", $8); chk("ivshmem / vader means", $13)
+                chk("ivshmem-heap / vader medians", $9); chk("ivshmem-heap / vader means", $10)
+            }
+            END {
+                lat = (bench == "latency" || bench == "mlat")
+                split("ivshmem / vader medians|ivshmem / vader means|ivshmem-heap / vader medians|ivshmem-heap / vader means", k, "|")
+                for (i = 1; i <= 4; i++) if (tot[k[i]])
+                    printf "%s at 1 B-2 KiB, %s (target %s): met at %d of %d sizes%s\n", bench, k[i],
+                        (lat ? "<= 1.00" : ">= 1.00"), met[k[i]], tot[k[i]],
                         (met[k[i]] == tot[k[i]] ? ": met" : "; MISSED at" miss[k[i]])
             }' "$work/table.$bench")
 " ;;

@@ -4,7 +4,7 @@
  *
  *   ivshm-osu BENCH [-m MAXBYTES] [-i ITERS] [-r REPEATS]
  *   BENCH: latency bw bibw mlat put get putbw getbw allreduce reduce barrier bcast
- *          allgather alltoall mtrate
+ *          allgather alltoall mtrate mbwmr
  *
  * Prints "bytes value" lines (latency in us one-way / per operation,
  * bandwidth in MB/s): the median of REPEATS runs of ITERS, then the mean
@@ -16,6 +16,9 @@
  *   message rate (millions of messages per second, both directions).
  *   Where the rank may run on at least N CPUs, thread k is pinned to the
  *   k-th of them, so that every set-up runs its threads on the same CPUs.
+ * mbwmr: size/2 pairs (rank i sends to rank i + size/2), windows of 64
+ *   non-blocking sends, as osu_mbw_mr: the aggregate message rate
+ *   (millions of messages per second, all pairs together).
  * -P A,B: latency, bw and bibw between ranks A and B of a larger job (the
  *   others wait): one job measures pairs on one host and across hosts,
  *   e.g. ranks 0,1 in two VMs of one host and 0,2 on another host.
@@ -153,6 +156,37 @@ static double b_bw_common(size_t n, int it, char *s, char *r, int bi)
 }
 static double b_bw(size_t n, int it, char *s, char *r) { return b_bw_common(n, it, s, r, 0); }
 static double b_bibw(size_t n, int it, char *s, char *r) { return b_bw_common(n, it, s, r, 1); }
+
+/* mbwmr (as osu_mbw_mr): ranks i < size/2 each send windows of WINDOW
+ * messages to rank i + size/2, which receives them and answers each window
+ * with one byte; every pair at once. Seconds per message of all pairs
+ * together, from the slowest sender's time. */
+static double b_mbwmr(size_t n, int it, char *s, char *r)
+{
+    MPI_Request q[WINDOW];
+    char ack = 0;
+    int half = size / 2, peer = rank < half ? rank + half : rank - half;
+    double t = 0, slowest;
+    if (rank < 2 * half) {
+        double t0 = MPI_Wtime();
+        for (int i = 0; i < it; i++) {
+            for (int w = 0; w < WINDOW; w++) {
+                if (rank < half)
+                    MPI_Isend(s, (int)n, MPI_CHAR, peer, 4, MPI_COMM_WORLD, &q[w]);
+                else
+                    MPI_Irecv(r, (int)n, MPI_CHAR, peer, 4, MPI_COMM_WORLD, &q[w]);
+            }
+            MPI_Waitall(WINDOW, q, MPI_STATUSES_IGNORE);
+            if (rank < half)
+                MPI_Recv(&ack, 1, MPI_CHAR, peer, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            else
+                MPI_Send(&ack, 1, MPI_CHAR, peer, 5, MPI_COMM_WORLD);
+        }
+        t = MPI_Wtime() - t0;
+    }
+    MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return slowest / ((double)WINDOW * it * half);
+}
 
 /* mtrate: each thread ping-pongs on its own tag */
 struct mt_arg {
@@ -385,7 +419,7 @@ int main(int argc, char **argv)
         {"allreduce", b_allreduce, 300, 0, 2, 0},
         {"reduce", b_reduce, 300, 0, 2, 0},     {"barrier", b_barrier, 2000, 0, 2, 0},
         {"bcast", b_bcast, 300, 0, 2, 0},       {"alltoall", b_alltoall, 200, 0, 2, 1},
-        {"mtrate", b_mtrate, 2000, 2, 2, 0},
+        {"mtrate", b_mtrate, 2000, 2, 2, 0},    {"mbwmr", b_mbwmr, 20, 2, 2, 0},
     };
     int b = -1;
     for (size_t k = 0; k < sizeof(tab) / sizeof(tab[0]); k++)
@@ -396,7 +430,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: ivshm-osu latency|bw|bibw|mlat|put|get|"
                             "putbw|getbw|allreduce|reduce|barrier|bcast|"
                             "allgather|alltoall|"
-                            "mtrate [-m MAX] [-i N] [-r R] [-a] [-P A,B] [-T] "
+                            "mtrate|mbwmr [-m MAX] [-i N] [-r R] [-a] [-P A,B] [-T] "
                             "[-t THREADS] (>= 2 ranks)\n");
         MPI_Finalize();
         return 2;

@@ -280,8 +280,21 @@ static inline struct ivshm_chunk *ivshm__chunk(const ivshm_region_t *r,
  * it for a moment (it may still back off): neither use nor free what the
  * owner lent, wait. */
 enum ivshm_proc_state { PROC_GONE = 0, PROC_LIVE = 1, PROC_DOUBT = 2 };
-enum ivshm_proc_state ivshm__proc_state(ivshm_region_t *r, uint32_t idx,
-                                        uint32_t gen);
+/* Every state; ivshm__proc_state answers the common one inline. */
+enum ivshm_proc_state ivshm__proc_state_slow(ivshm_region_t *r, uint32_t idx,
+                                             uint32_t gen);
+/* Inline because a sender asks it before every message: a live lease is
+ * one load of its registry word (unchanged while it lives, so a cache hit)
+ * and one compare, without a call. */
+static inline enum ivshm_proc_state ivshm__proc_state(ivshm_region_t *r,
+                                                      uint32_t idx,
+                                                      uint32_t gen)
+{
+    if (idx < r->g.reg_slots &&
+        atomic_load(&ivshm__reg(r, idx)->word) == SLOT_WORD(gen, SLOT_ALIVE))
+        return PROC_LIVE;
+    return ivshm__proc_state_slow(r, idx, gen);
+}
 /* not provably gone (live or in doubt) */
 bool ivshm__proc_live(ivshm_region_t *r, uint32_t idx, uint32_t gen);
 /* What a gc may do with another process' lease, word w read from slot s
@@ -298,7 +311,20 @@ ivshm_status_t ivshm__try_claim(ivshm_region_t *r);
 /* IVSHM_OK while this process still holds its lease; IVSHM_ERR_LEASE_LOST
  * (once reported, then sticky) after a reclaim took it: from then on the
  * process must not touch region memory it owned. One load when held. */
-ivshm_status_t ivshm__lease_held(ivshm_region_t *r);
+ivshm_status_t ivshm__lease_check(ivshm_region_t *r);
+/* Inline for the same reason as ivshm__proc_state: the held lease is the
+ * fast path (every send, every progress pass); the rest is
+ * ivshm__lease_check. */
+static inline ivshm_status_t ivshm__lease_held(ivshm_region_t *r)
+{
+    if (!atomic_load_explicit(&r->lease_lost, memory_order_relaxed) &&
+        r->attached &&
+        atomic_load_explicit(&ivshm__reg(r, r->slot)->word,
+                             memory_order_acquire) ==
+            SLOT_WORD(r->gen, SLOT_ALIVE))
+        return IVSHM_OK;
+    return ivshm__lease_check(r);
+}
 ivshm_status_t ivshm__require_attached(const ivshm_region_t *r);
 
 /* alloc.c */

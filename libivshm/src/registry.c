@@ -25,8 +25,8 @@ ivshm_status_t ivshm__require_attached(const ivshm_region_t *r)
     return IVSHM_OK;
 }
 
-enum ivshm_proc_state ivshm__proc_state(ivshm_region_t *r, uint32_t idx,
-                                        uint32_t gen)
+enum ivshm_proc_state ivshm__proc_state_slow(ivshm_region_t *r, uint32_t idx,
+                                             uint32_t gen)
 {
     if (idx >= r->g.reg_slots)
         return PROC_GONE;
@@ -90,7 +90,7 @@ static ivshm_status_t lease_lost(ivshm_region_t *r)
                        r->slot, r->uri, r->g.lease_timeout_ms);
 }
 
-ivshm_status_t ivshm__lease_held(ivshm_region_t *r)
+ivshm_status_t ivshm__lease_check(ivshm_region_t *r)
 {
     if (atomic_load_explicit(&r->lease_lost, memory_order_relaxed))
         return IVSHM_ERR_LEASE_LOST;
