@@ -20,7 +20,10 @@
 #                call) on every progress call, ~0.4 us a round trip that
 #                ucx-sm does not pay (docs/ucx.md, Latency);
 #                UCX_IVS_TLS=self,ivshmem,tcp measures that cost
-#   ucx-heap     the same with the region heap preloaded too
+#   ucx-heap     the same with the region heap preloaded too, and the BTL
+#                ivshmem open (the heap's backend, which names the owner
+#                of its blocks): UCX's own rendezvous, by get zcopy
+#                between malloc'd buffers
 #   ucx-sm       2 ranks in one VM, UCX's own shared memory (UCX_TLS=
 #                self,posix,cma): the native reference of the UCX set-ups
 # They get their own table, every one (and ivshmem, our BTL under ob1)
@@ -145,16 +148,24 @@ run() { # setup bench -> $work/setup.bench (lines "size value")
     vader-nocma) hosts=10.200.0.1:$np; set -- --mca btl self,vader --mca btl_vader_single_copy_mechanism none ;;
     tcp) hosts=10.200.0.1:$per,10.200.0.2:$per; set -- --mca btl self,tcp ;;
     ucx-ivshmem|ucx-heap) hosts=10.200.0.1:$per,10.200.0.2:$per
-        pre=$UCT_LIB
-        [ "$setup" = ucx-heap ] && pre="$pre $top_builddir/libivshm/.libs/libivshm-heap.so"
-        set -- -x LD_PRELOAD="$pre" -x UCX_TLS="$UCX_IVS_TLS" -x UCX_RNDV_THRESH=inf ;;
+        if [ "$setup" = ucx-heap ]; then
+            # the heap's blocks go by get/put zcopy (the BTL ivshmem is
+            # their backend and names their owner, ivshm/locate.h): UCX's
+            # own rendezvous, as --tune ivshmem-ucx-heap runs it
+            set -- -x LD_PRELOAD="$UCT_LIB $top_builddir/libivshm/.libs/libivshm-heap.so" \
+                -x UCX_TLS="$UCX_IVS_TLS" --mca btl self,ivshmem,tcp
+        else
+            set -- -x LD_PRELOAD="$UCT_LIB" -x UCX_TLS="$UCX_IVS_TLS" -x UCX_RNDV_THRESH=inf \
+                --mca btl self,tcp
+        fi ;;
     ucx-sm) hosts=10.200.0.1:$np; set -- -x UCX_TLS=self,posix,cma ;;
     esac
     case $setup in
     ucx-*) SIMVM_PML=$UCX_PML
-        # everything through UCX: no region collectives, no BTL but tcp (as
-        # tests/simvm/test_ucx.sh)
-        set -- "$@" --mca coll ^ivshmem --mca btl self,tcp
+        # everything through UCX: no region collectives (as
+        # tests/simvm/test_ucx.sh); the BTLs as set above (ucx-sm: tcp)
+        set -- "$@" --mca coll ^ivshmem
+        [ "$setup" = ucx-sm ] && set -- "$@" --mca btl self,tcp
         # a UCX other than the system's (LD_LIBRARY_PATH) reaches the ranks
         [ -z "${LD_LIBRARY_PATH:-}" ] || set -- "$@" -x LD_LIBRARY_PATH
         for v in ${UCX_BENCH_ENV:-}; do set -- "$@" -x "$v"; done ;;

@@ -14,6 +14,8 @@
 
 #include "opal/util/output.h"
 
+#include <ivshm/locate.h>
+
 #include <stddef.h>
 #include <string.h>
 
@@ -27,6 +29,30 @@ uint64_t mca_btl_ivshmem_region_offset(const void *p, size_t len)
     if (a < base || len > size || a - base > size - len)
         return UINT64_MAX;
     return (uint64_t)(a - base);
+}
+
+/* The lookup of ivshm/locate.h, for the UCT transport in this process (it
+ * maps the region again under a lease of its own): the region heap's
+ * blocks and MPI_Alloc_mem buffers lie in this component's mapping and
+ * belong to its lease, so the transport's peers may reach them by get and
+ * put once they know that lease. Lock-free: the chunk table is read as
+ * every owner check reads it. */
+int ivshm_locate_v1(const void *addr, size_t len, ivshm_location_t *loc)
+{
+    ivshm_region_t *r = IVSHMEM_COMPONENT->r;
+    ivshm_identity_t self;
+    uint64_t off = mca_btl_ivshmem_region_offset(addr, len);
+    if (len == 0 || off == UINT64_MAX || ivshm_self_identity(r, &self) != IVSHM_OK ||
+        ivshm_region_owned(r, &self, off, len) != IVSHM_OK)
+        return -1;
+    memset(loc, 0, sizeof(*loc));
+    memcpy(loc->region_uuid, self.region_uuid, 16);
+    loc->off = off;
+    loc->vm_id = self.vm_id;
+    loc->slot = self.slot;
+    loc->gen = self.gen;
+    loc->pid = self.pid;
+    return 0;
 }
 
 struct mca_btl_base_registration_handle_t *

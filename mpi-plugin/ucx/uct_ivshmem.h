@@ -112,14 +112,17 @@ typedef struct uct_ivshmem_ep {
 } uct_ivshmem_ep_t;
 
 /* A memory handle (uct_ivshmem_mem.c). Peers reach only memory of the
- * region that this process' lease owns (remote): other memory, private
- * memory above all, is registered for the local side of a put or get
- * only, and its remote key says so. */
+ * region that a lease of this process owns (remote): the transport's own,
+ * or another copy of libivshm's in this process (the region heap's blocks
+ * and MPI_Alloc_mem buffers, found through ivshm/locate.h). Other memory,
+ * private memory above all, is registered for the local side of a put or
+ * get only, and its remote key says so. */
 typedef struct uct_ivshmem_memh {
     void *addr;
     size_t len;
     uint64_t off;  /* region offset of addr (remote) */
-    int remote;    /* in the region, owned by this process' lease */
+    int remote;    /* in the region, owned by owner */
+    ivshm_identity_t owner; /* the lease that owns it (remote) */
     int allocated; /* from mem_alloc: the region's chunks are freed with it */
     int alias;     /* a second view of the region at a fixed address */
     int private_map; /* allocated while the region was full: private */

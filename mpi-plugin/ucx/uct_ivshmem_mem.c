@@ -4,8 +4,13 @@
  * Open MPI's `MPI_Win_allocate` through osc ucx land where a peer in
  * another VM reaches them), registration, and the remote keys.
  *
- * Only memory of the region that this process' lease owns is offered to
- * peers: private memory cannot be reached from another VM, so it is
+ * Only memory of the region that a lease of this process owns is offered
+ * to peers: this transport's own (its allocations, buffers placed through
+ * its mapping), and memory of the BTL ivshmem's mapping that the BTL's
+ * lease owns (the region heap's blocks, MPI_Alloc_mem buffers), which the
+ * BTL's lookup names (ivshm/locate.h); the remote key then carries the
+ * BTL's lease, which a peer's checks hold to as to any owner. Private
+ * memory cannot be reached from another VM, so it is
  * registered for the local side of a put or get only, and its remote key
  * says so (a peer's unpack answers UCS_ERR_UNREACHABLE and UCP takes
  * another lane or its own protocol). A remote key is untrusted where it is
@@ -16,6 +21,9 @@
 #include "uct_ivshmem_build.h"
 #include "uct_ivshmem.h"
 
+#include <ivshm/locate.h>
+
+#include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
 #include <string.h>
@@ -144,7 +152,7 @@ ucs_status_t uct_ivshmem_mem_alloc(uct_md_h tl_md, size_t *length_p,
     mh->addr = addr;
     mh->len = len;
     mh->off = off;
-    mh->remote = 1;
+    mh->remote = ivshm_self_identity(md->r, &mh->owner) == IVSHM_OK;
     mh->allocated = 1;
     ucs_debug("ivshmem: allocated %zu bytes at %p (region %s offset %llu) "
               "for %s", len, addr, md->device, (unsigned long long)off,
@@ -169,9 +177,44 @@ ucs_status_t uct_ivshmem_mem_free(uct_md_h tl_md, uct_mem_h memh)
     return UCS_OK;
 }
 
-/* Remote when the whole range is region memory this process' lease owns
- * (this domain's own allocations, buffers a library of the process placed
- * through this mapping); anything else is for local use only. */
+/* Memory of another mapping of this region in this process: the lookup
+ * of the copy of libivshm that owns it (ivshm/locate.h; the BTL ivshmem),
+ * asked at each registration and never kept, since that copy may be
+ * unloaded. True when the whole range is that copy's memory of this
+ * domain's region. */
+static int uct_ivshmem_mem_locate(const uct_ivshmem_md_t *md, void *address,
+                                  size_t length, uct_ivshmem_memh_t *mh)
+{
+    ivshm_locate_fn locate = (ivshm_locate_fn)dlsym(RTLD_DEFAULT,
+                                                    IVSHM_LOCATE_SYMBOL);
+    ivshm_location_t loc;
+    if (locate == NULL || locate(address, length, &loc) != 0 ||
+        memcmp(loc.region_uuid, md->uuid, 16) != 0)
+        return 0;
+    memset(&mh->owner, 0, sizeof(mh->owner));
+    memcpy(mh->owner.region_uuid, loc.region_uuid, 16);
+    mh->owner.vm_id = loc.vm_id;
+    mh->owner.slot = loc.slot;
+    mh->owner.gen = loc.gen;
+    mh->owner.pid = loc.pid;
+    mh->off = loc.off;
+    return 1;
+}
+
+/* Remote when the whole range is region memory a lease of this process
+ * owns: this transport's (its allocations, buffers a library placed
+ * through its mapping), else the BTL's (the region heap's blocks,
+ * MPI_Alloc_mem buffers: uct_ivshmem_mem_locate). Anything else is for
+ * local use only.
+ *
+ * A registration describes the memory when it is made, and UCP's
+ * registration cache may keep it after the block is freed (the heap gives
+ * the chunks back without unmapping them, so no memory event tells UCP).
+ * It stays true while the address maps the same chunks: the mapping lives
+ * as long as its owner's region, and the heap hands that address out
+ * again only with the same chunks under the same lease. Where a chunk has
+ * gone to another lease, the key's owner no longer holds it and a peer's
+ * access is refused (docs/ucx.md, "Remote memory access"). */
 ucs_status_t uct_ivshmem_mem_reg(uct_md_h tl_md, void *address, size_t length,
                                  unsigned flags, uct_mem_h *memh_p)
 {
@@ -182,16 +225,19 @@ ucs_status_t uct_ivshmem_mem_reg(uct_md_h tl_md, void *address, size_t length,
         return UCS_ERR_NO_MEMORY;
     mh->addr = address;
     mh->len = length;
-    if (md->r != NULL) {
+    if (md->r != NULL && length > 0) {
         uintptr_t a = (uintptr_t)address;
         uintptr_t base = (uintptr_t)ivshm_region_base(md->r);
         uint64_t size = ivshm_region_size(md->r);
-        ivshm_identity_t self;
-        if (a >= base && length <= size && a - base <= size - length &&
-            ivshm_self_identity(md->r, &self) == IVSHM_OK &&
-            ivshm_region_owned(md->r, &self, a - base, length) == IVSHM_OK) {
-            mh->off = a - base;
-            mh->remote = 1;
+        if (a >= base && length <= size && a - base <= size - length) {
+            if (ivshm_self_identity(md->r, &mh->owner) == IVSHM_OK &&
+                ivshm_region_owned(md->r, &mh->owner, a - base, length) ==
+                    IVSHM_OK) {
+                mh->off = a - base;
+                mh->remote = 1;
+            }
+        } else {
+            mh->remote = uct_ivshmem_mem_locate(md, address, length, mh);
         }
     }
     *memh_p = mh;
@@ -217,20 +263,20 @@ ucs_status_t uct_ivshmem_mkey_pack(uct_md_h tl_md, uct_mem_h memh,
     uct_ivshmem_md_t *md = ucs_derived_of(tl_md, uct_ivshmem_md_t);
     const uct_ivshmem_memh_t *mh = memh;
     uct_ivshmem_rkey_packed_t p;
-    ivshm_identity_t self;
     (void)params;
     memset(&p, 0, sizeof(p));
     p.magic = UCT_IVSHMEM_RKEY_MAGIC;
-    if (mh->remote && md->r && ivshm_self_identity(md->r, &self) == IVSHM_OK) {
+    if (mh->remote && md->r) {
+        /* the owner: this transport's lease, or the BTL's */
         p.flags = UCT_IVSHMEM_RKEY_REMOTE;
         memcpy(p.region_uuid, md->uuid, 16);
         p.addr = (uint64_t)(uintptr_t)mh->addr;
         p.off = mh->off;
         p.len = mh->len;
-        p.vm_id = self.vm_id;
-        p.slot = self.slot;
-        p.gen = self.gen;
-        p.pid = self.pid;
+        p.vm_id = mh->owner.vm_id;
+        p.slot = mh->owner.slot;
+        p.gen = mh->owner.gen;
+        p.pid = mh->owner.pid;
     }
     p.check = UCT_IVSHMEM_RKEY_MAGIC ^ p.flags ^ p.slot ^ p.gen;
     memcpy(rkey_buffer, &p, sizeof(p));
