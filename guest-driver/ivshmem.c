@@ -613,7 +613,6 @@ static void ivshm_remove(struct pci_dev *pdev)
     struct ivshm_dev *d = pci_get_drvdata(pdev);
     struct ivshm_file *f;
 
-    cdev_device_del(&d->cdev, &d->dev);
     mutex_lock(&d->lock);
     d->gone = true;
     /* the BARs are about to vanish: no user mapping may outlive them */
@@ -621,6 +620,10 @@ static void ivshm_remove(struct pci_dev *pdev)
         unmap_mapping_range(f->filp->f_mapping, 0, 0, 1);
     mutex_unlock(&d->lock);
     wake_up_interruptible_all(&d->wq);
+    /* the node goes only now: whoever sees /dev/ivshmemN gone finds its
+     * mappings revoked (before, a reader could still touch the BAR in
+     * between; open, mmap and ioctl check 'gone') */
+    cdev_device_del(&d->cdev, &d->dev);
     ivshm_free_irqs(d);
     pci_clear_master(pdev);
     pci_iounmap(pdev, d->regs);

@@ -86,6 +86,42 @@ unplug_checks() {
     check rebind-after-guarded-unplug /guest_test probe dev:auto
 }
 
+# the ivshmem devices in sysfs and their drivers (busybox has no lspci)
+pci_ivshmem() {
+    for d in /sys/bus/pci/devices/*; do
+        [ "$(cat "$d/vendor")" = 0x1af4 ] && [ "$(cat "$d/device")" = 0x1110 ] || continue
+        echo "${d##*/} driver=$(basename "$(readlink "$d/driver" 2>/dev/null)")"
+    done
+}
+# hotplug_checks: the host takes the device away (libvirt's detach-device:
+# ACPI hot-unplug) under a libivshm user with the region guard, then plugs it
+# back (attach-device); the driver must bind the new device and a new job
+# (a channel with the host, role b) must run over the region. "IVT-HOTPLUG"
+# lines on the console tell the host when to act (test_libvirt.sh)
+hotplug_checks() {
+    dev=$(basename "$(readlink /sys/class/ivshmem/ivshmem0/device)")
+    echo "    before: $(pci_ivshmem)"
+    /guest_test unplug-guarded > /tmp/hot-guarded 2>&1 &
+    victim=$!
+    i=0
+    while ! grep -q "mapped and guarded" /tmp/hot-guarded 2>/dev/null && [ $i -lt 100 ]; do
+        sleep 0.1; i=$((i + 1))
+    done
+    echo "IVT-HOTPLUG-DETACH $dev"
+    wait $victim; rc=$?
+    sed 's/^/    /' /tmp/hot-guarded
+    same hot-unplug-guard-exit 75 "$rc"
+    same hot-unplug-guard-message yes "$(grep -q 'ivshmem device removed' /tmp/hot-guarded && echo yes)"
+    same hot-unplug-pci-gone "" "$(pci_ivshmem)"
+    echo "IVT-HOTPLUG-ATTACH"
+    i=0
+    while [ ! -c /dev/ivshmem0 ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i + 1)); done
+    echo "    after: $(pci_ivshmem)"
+    same hot-plug-driver-bound ivshmem "$(pci_ivshmem | sed -n 's/.* driver=//p')"
+    check hot-plug-probe /guest_test probe dev:auto
+    IVSHM_REGION=dev:auto IVSHM_TEST_JOB=hotplug check chan-after-hot-plug /guest_test chan a 100
+}
+
 echo "IVT-BOOT role=$ivt_role kernel=$(uname -r)"
 case $ivt_role in
 plain-a|plain-b)
@@ -97,6 +133,7 @@ plain-a|plain-b)
     IVSHM_REGION=dev:auto IVSHM_TEST_JOB=chan check chan-through-driver /guest_test chan "$me" 300
     IVSHM_REGION=pci:auto IVSHM_TEST_JOB=chan2 check chan-through-sysfs /guest_test chan "$me" 100
     rmmod_checks
+    [ "${ivt_hotplug:-0}" = 1 ] && hotplug_checks
     ;;
 db-a|db-b)
     me=${ivt_role#db-}

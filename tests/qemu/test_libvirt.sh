@@ -196,6 +196,52 @@ collect() {
     done
 }
 
+# await_console NAME TEXT: waits (bounded: until the domain is off, at most
+# 300 s) for the guest's console to say TEXT
+await_console() {
+    t=0
+    until grep -q "$2" "$work/$1.log" 2>/dev/null; do
+        [ "$($virsh domstate "$1" 2>/dev/null)" = running ] && [ $t -lt 1500 ] || return 1
+        sleep 0.2; t=$((t + 1))
+    done
+}
+# hotplug NAME SHMEM-XML: guest-init.sh's hotplug_checks from the host's
+# side: virsh detach-device when the guest's guarded job runs, virsh
+# attach-device when the guest has seen the device go, then the host's end
+# (role b) of the guest's new channel job over the region
+hotplug() {
+    echo "$2" >"$work/shmem.xml"
+    if ! await_console "$1" '^IVT-HOTPLUG-DETACH'; then
+        fail=$((fail + 1)); echo "FAIL: guest $1 never asked for the detach"; return 1
+    fi
+    th=$(date +%s)
+    if $virsh detach-device "$1" "$work/shmem.xml" --live >"$work/detach.out" 2>&1; then
+        pass=$((pass + 1)); echo "   virsh detach-device $1 <shmem>: ok"
+    else
+        fail=$((fail + 1)); echo "FAIL: virsh detach-device $1 <shmem>:"; cat "$work/detach.out"
+        return 1
+    fi
+    if ! await_console "$1" '^IVT-HOTPLUG-ATTACH'; then
+        fail=$((fail + 1)); echo "FAIL: guest $1 never saw the device go"; return 1
+    fi
+    if $virsh attach-device "$1" "$work/shmem.xml" --live >"$work/attach.out" 2>&1; then
+        pass=$((pass + 1)); echo "   virsh attach-device $1 <shmem>: ok"
+    else
+        fail=$((fail + 1)); echo "FAIL: virsh attach-device $1 <shmem>:"; cat "$work/attach.out"
+        return 1
+    fi
+    $virsh dumpxml "$1" | sed -n '/<shmem/,/<\/shmem>/p' | grep -o "<address .*" |
+        sed 's/^/   [re-attached at] /'
+    if IVSHM_REGION="file:/dev/shm/$name" IVSHM_TEST_JOB=hotplug \
+        timeout 200 "$b/tests/qemu/guest_test" chan b 100 >"$work/host-chan.out" 2>&1; then
+        pass=$((pass + 1)); echo "   host's end of the channel job after the re-attach: ok"
+    else
+        fail=$((fail + 1)); echo "FAIL: host's end of the channel job after the re-attach:"
+    fi
+    sed 's/^/   [host] /' "$work/host-chan.out"
+    echo "   (detach to the job's end after the re-attach: $(($(date +%s) - th)) s)"
+}
+
 echo "== permissions: a region only root may open"
 # libvirt does not chown the backing file of a <shmem>: QEMU (not root)
 # must be given it; check-libvirt says so before virsh start fails
@@ -223,8 +269,11 @@ t0=$(date +%s)
     sed 's/^/   /'
 shm=$("$host" libvirt-xml --name "$name" --size 16M 2>/dev/null)
 echo "$shm" | sed 's/^/   [libvirt-xml] /'
-for r in a b; do define_and_check "$name-plain-$r" "plain-$r" "" "$shm"; done
+# guest a also goes through hot-unplug and plug (hotplug_checks)
+define_and_check "$name-plain-a" plain-a "ivt_hotplug=1" "$shm"
+define_and_check "$name-plain-b" plain-b "" "$shm"
 start_all "$name-plain-a" "$name-plain-b"
+hotplug "$name-plain-a" "$shm"
 wait_off "$name-plain-a" "$name-plain-b"
 collect "$name-plain-a" "$name-plain-b"
 # libvirt left the region as ivshm-host create made it (no relabelling)
