@@ -419,7 +419,9 @@ static void test_sigkill_sender(void **state)
  * messages intact and in order (some are lost to the scribbles, none is
  * invented or repeated). All three run for 3 s, and on (up to 60 s) until
  * the receiver has dropped a piece and taken a good one: on a loaded
- * machine (sanitizers, a parallel suite) 3 s may see neither. */
+ * machine (sanitizers, a parallel suite) 3 s may see neither. A lying head
+ * may stall the sender for good before that: then one of the two suffices
+ * (see the receiver's exit). */
 #define FUZZ_MIN_S 3
 #define FUZZ_MAX_S 60
 static void test_fifo_fuzz(void **state)
@@ -464,7 +466,16 @@ static void test_fifo_fuzz(void **state)
                 (unsigned long long)st.invalid_dropped,
                 (unsigned long long)st.msgs_in,
                 (unsigned long long)book->good);
-        _exit(st.invalid_dropped == 0 ? 50 : book->good == 0 ? 51 : 0);
+        /* Either kind of progress is enough: a scribble that makes the
+         * FIFO's head lie far ahead stalls the sender for good (its claims
+         * find the FIFO full: it waits rather than overwrite), and from
+         * then on nothing of the sender's reaches the receiver, nor any
+         * published garbage to drop; where that happens early, one of the
+         * two counts stays 0 however long the test waits (seen: 40 taken
+         * and 0 dropped in 60 s under a loaded suite; 94 dropped and 0
+         * taken). What must never happen is checked below: a piece
+         * invented, repeated or out of order, a crash or a hang. */
+        _exit(st.invalid_dropped == 0 && book->good == 0 ? 50 : 0);
     }
     uint8_t addr[IVSHM_EP_ADDR_SIZE];
     assert_int_equal(read(ready[0], addr, sizeof(addr)), sizeof(addr));
