@@ -13,6 +13,7 @@
 
 #include "opal/mca/btl/btl.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Open MPI 5.x: BTL 3.3 comes with coll 2.4, mpool 3.1 and PRRTE */
@@ -29,6 +30,62 @@
 #define IVSHMEM_PMIX_GLOBAL OPAL_PMIX_GLOBAL
 #define IVSHMEM_PMIX_UINT32 OPAL_UINT32
 #endif
+
+/* Reads a component's modex entry that a peer may not have posted (its
+ * component not loaded, its region missing): 0 and the entry (free it),
+ * or an error. 4.1's PMIx answers "not found" once the fence has
+ * collected every entry. Under 5.x's PRRTE the fence leaves another
+ * node's entries with that node's PMIx server: a plain PMIx_Get fetches
+ * them but waits for a key that was never posted until someone posts it
+ * (the job hangs in MPI_Init), and PMIX_IMMEDIATE looks only at what is
+ * already here (a simulated VM is another node: its entry is never
+ * found, though a process of this OS is). PMIX_GET_REFRESH_CACHE
+ * fetches another node's entries and answers from them, the entry or
+ * "not found" at once; for a process of this node it finds nothing. So:
+ * what is here, else a refresh. */
+static inline int ivshmem_modex_recv_if_posted(const mca_base_component_t *comp,
+                                               const opal_process_name_t *name,
+                                               void **data, size_t *size)
+{
+    int rc;
+#if IVSHMEM_OMPI5
+    char *key = mca_base_component_to_string(comp);
+    pmix_proc_t proc;
+    pmix_value_t *val = NULL;
+    pmix_info_t how;
+    *data = NULL;
+    *size = 0;
+    if (!key)
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    OPAL_PMIX_CONVERT_NAME(&proc, name);
+    PMIX_INFO_LOAD(&how, PMIX_IMMEDIATE, NULL, PMIX_BOOL);
+    if (PMIx_Get(&proc, key, &how, 1, &val) != PMIX_SUCCESS) {
+        if (val)
+            PMIX_VALUE_RELEASE(val);
+        val = NULL;
+        PMIX_INFO_DESTRUCT(&how);
+        PMIX_INFO_LOAD(&how, PMIX_GET_REFRESH_CACHE, NULL, PMIX_BOOL);
+        if (PMIx_Get(&proc, key, &how, 1, &val) != PMIX_SUCCESS && val) {
+            PMIX_VALUE_RELEASE(val);
+            val = NULL;
+        }
+    }
+    rc = val && val->type == PMIX_BYTE_OBJECT ? OPAL_SUCCESS
+                                              : OPAL_ERR_NOT_FOUND;
+    if (rc == OPAL_SUCCESS) {
+        *data = val->data.bo.bytes;
+        *size = val->data.bo.size;
+        val->data.bo.bytes = NULL; /* now the caller's */
+    }
+    if (val)
+        PMIX_VALUE_RELEASE(val);
+    PMIX_INFO_DESTRUCT(&how);
+    free(key);
+#else
+    OPAL_MODEX_RECV(rc, comp, name, data, size);
+#endif
+    return rc;
+}
 
 /* coll: the component's version (5.x's communicators name themselves
  * through a pointer, 4.1's through an array: both print with %s) */

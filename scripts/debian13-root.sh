@@ -19,7 +19,8 @@
 # the installed version, /var/cache/libivshm/ompi-src/VERSION/openmpi-X,
 # where configure looks for them (only the opal headers are kept).
 #
-# Environment: IVSHM_TRIXIE_ROOT (default /var/cache/libivshm/trixie-root),
+# Environment: IVSHM_TRIXIE_ROOT (default /var/cache/libivshm/trixie-root;
+# the build log is $IVSHM_TRIXIE_ROOT.log),
 # IVSHM_DEBIAN_MIRROR (default http://deb.debian.org/debian).
 # Exit: CMD's status; 77 where Debian's archive cannot be reached (the
 # reason is printed; scripts/test.sh counts 77 as a failure on CI).
@@ -67,7 +68,7 @@ build_root() {
     new=$root.new
     rm -rf "$new"
     mkdir -p "$(dirname "$root")"
-    log=$(dirname "$root")/trixie-root.log
+    log=$root.log
     echo "debian13-root: making the Debian 13 root in $root (log: $log)"
     if ! debootstrap --variant=minbase trixie "$new" "$mirror" >"$log" 2>&1; then
         tail -5 "$log"

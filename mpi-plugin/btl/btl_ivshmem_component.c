@@ -494,9 +494,8 @@ mca_btl_ivshmem_modex_t *mca_btl_ivshmem_modex_get(const opal_process_name_t *na
     mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
     mca_btl_ivshmem_modex_t *mx = NULL;
     size_t size = 0;
-    int rc;
-    OPAL_MODEX_RECV(rc, &c->super.btl_version, name, (void **)&mx,
-                    &size);
+    int rc = ivshmem_modex_recv_if_posted(&c->super.btl_version, name,
+                                          (void **)&mx, &size);
     if (rc != OPAL_SUCCESS || !mx || size != sizeof(*mx) ||
         mx->magic != IVSHMEM_MODEX_MAGIC ||
         mx->version != IVSHMEM_MODEX_VERSION) {

@@ -130,7 +130,15 @@ enum civ_mode {
     CIV_HIER,   /* several regions (or ranks without one) */
 };
 
-enum civ_setup { CIV_SETUP_NOT_YET, CIV_SETUP_OK, CIV_SETUP_FAILED };
+/* CIV_SETUP_SPLITTING: the two-level module is making its communicators;
+ * ompi_comm_split runs collectives on comm meanwhile, which go to the
+ * modules below */
+enum civ_setup {
+    CIV_SETUP_NOT_YET,
+    CIV_SETUP_SPLITTING,
+    CIV_SETUP_OK,
+    CIV_SETUP_FAILED
+};
 
 typedef struct mca_coll_ivshmem_module_t {
     mca_coll_base_module_t super;

@@ -72,8 +72,9 @@ static void add_member(ompi_communicator_t *comm, int i, civ_verdict_t *v)
     size_t size = 0;
     int rc = OPAL_ERROR;
     if (p)
-        OPAL_MODEX_RECV(rc, &mca_coll_ivshmem_component.super.collm_version,
-                        &p->super.proc_name, (void **)&msg, &size);
+        rc = ivshmem_modex_recv_if_posted(
+            &mca_coll_ivshmem_component.super.collm_version,
+            &p->super.proc_name, (void **)&msg, &size);
     civ_verdict_add(v, rc == OPAL_SUCCESS && msg && size == sizeof(*msg)
                            ? msg : NULL);
     free(msg);

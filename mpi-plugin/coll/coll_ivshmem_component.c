@@ -217,7 +217,8 @@ static bool rank_region(ompi_communicator_t *comm, int i, ivshm_identity_t *id)
     int rc;
     if (!p)
         return false;
-    OPAL_MODEX_RECV(rc, &btl_key, &p->super.proc_name, (void **)&mx, &size);
+    rc = ivshmem_modex_recv_if_posted(&btl_key, &p->super.proc_name,
+                                      (void **)&mx, &size);
     bool ok = rc == OPAL_SUCCESS && mx && size == sizeof(*mx) &&
               mx->magic == IVSHMEM_MODEX_MAGIC &&
               mx->version == IVSHMEM_MODEX_VERSION &&

@@ -42,7 +42,13 @@ static int group_size(const mca_coll_ivshmem_module_t *m, int g)
 }
 
 /* Makes the two communicators. ompi_comm_split is itself a collective
- * over comm: meanwhile comm runs on the modules below, not on us. */
+ * over comm: meanwhile our entry points hand comm's collectives to the
+ * modules below (CIV_SETUP_SPLITTING). comm's table of collectives stays
+ * as the base set it: a module below may change its own entries there
+ * and count references by them (Open MPI 5's han, falling back, takes
+ * itself out of every entry that names it and drops a reference for
+ * each), so entries we swapped in and back would leave it released once
+ * too often and freed while in use. */
 static int hier_setup(mca_coll_ivshmem_module_t *m)
 {
     if (m->setup == CIV_SETUP_OK)
@@ -58,23 +64,12 @@ static int hier_setup(mca_coll_ivshmem_module_t *m)
     for (uint32_t i = 0; i < m->n; i++)
         if (m->leader_of_group[m->group_of[i]] < 0)
             m->leader_of_group[m->group_of[i]] = (int)i;
-    mca_coll_base_comm_coll_t saved = *comm->c_coll;
-    comm->c_coll->coll_barrier = m->prev.barrier;
-    comm->c_coll->coll_barrier_module = m->prev.barrier_module;
-    comm->c_coll->coll_bcast = m->prev.bcast;
-    comm->c_coll->coll_bcast_module = m->prev.bcast_module;
-    comm->c_coll->coll_reduce = m->prev.reduce;
-    comm->c_coll->coll_reduce_module = m->prev.reduce_module;
-    comm->c_coll->coll_allreduce = m->prev.allreduce;
-    comm->c_coll->coll_allreduce_module = m->prev.allreduce_module;
-    comm->c_coll->coll_allgather = m->prev.allgather;
-    comm->c_coll->coll_allgather_module = m->prev.allgather_module;
     bool leader = m->leader_of_group[m->my_group] == (int)m->me;
+    m->setup = CIV_SETUP_SPLITTING;
     int rc = ompi_comm_split(comm, m->my_group, (int)m->me, &m->local, false);
     if (rc == OMPI_SUCCESS)
         rc = ompi_comm_split(comm, leader ? 0 : MPI_UNDEFINED, (int)m->me,
                              &m->leaders, false);
-    *comm->c_coll = saved;
     if (m->leaders == &ompi_mpi_comm_null.comm)
         m->leaders = NULL;
     m->setup = rc == OMPI_SUCCESS ? CIV_SETUP_OK : CIV_SETUP_FAILED;
@@ -101,7 +96,8 @@ void civ_hier_release(mca_coll_ivshmem_module_t *m)
 int civ_hier_barrier(ompi_communicator_t *comm, mca_coll_base_module_t *module)
 {
     mca_coll_ivshmem_module_t *m = MOD(module);
-    (void)comm;
+    if (m->setup == CIV_SETUP_SPLITTING)
+        return m->prev.barrier(comm, m->prev.barrier_module);
     CHECK(hier_setup(m));
     m->count[CIV_BARRIER]++;
     CHECK(m->local->c_coll->coll_barrier(m->local,
@@ -117,7 +113,8 @@ int civ_hier_bcast(void *buf, int count, ompi_datatype_t *dt, int root,
                    ompi_communicator_t *comm, mca_coll_base_module_t *module)
 {
     mca_coll_ivshmem_module_t *m = MOD(module);
-    (void)comm;
+    if (m->setup == CIV_SETUP_SPLITTING)
+        return m->prev.bcast(buf, count, dt, root, comm, m->prev.bcast_module);
     CHECK(hier_setup(m));
     m->count[CIV_BCAST]++;
     int rg = m->group_of[root];
@@ -147,6 +144,9 @@ int civ_hier_reduce(const void *sbuf, void *rbuf, int count,
                     ompi_communicator_t *comm, mca_coll_base_module_t *module)
 {
     mca_coll_ivshmem_module_t *m = MOD(module);
+    if (m->setup == CIV_SETUP_SPLITTING)
+        return m->prev.reduce(sbuf, rbuf, count, dt, op, root, comm,
+                              m->prev.reduce_module);
     if (!ompi_op_is_commute(op)) {
         m->fallback[CIV_REDUCE]++;
         return m->prev.reduce(sbuf, rbuf, count, dt, op, root, comm,
@@ -192,6 +192,9 @@ int civ_hier_allreduce(const void *sbuf, void *rbuf, int count,
                        mca_coll_base_module_t *module)
 {
     mca_coll_ivshmem_module_t *m = MOD(module);
+    if (m->setup == CIV_SETUP_SPLITTING)
+        return m->prev.allreduce(sbuf, rbuf, count, dt, op, comm,
+                                 m->prev.allreduce_module);
     if (!ompi_op_is_commute(op)) {
         m->fallback[CIV_ALLREDUCE]++;
         return m->prev.allreduce(sbuf, rbuf, count, dt, op, comm,
@@ -215,6 +218,9 @@ int civ_hier_allgather(const void *sbuf, int scount, ompi_datatype_t *sdt,
                        mca_coll_base_module_t *module)
 {
     mca_coll_ivshmem_module_t *m = MOD(module);
+    if (m->setup == CIV_SETUP_SPLITTING)
+        return m->prev.allgather(sbuf, scount, sdt, rbuf, rcount, rdt, comm,
+                                 m->prev.allgather_module);
     bool in_place = sbuf == MPI_IN_PLACE;
     civ_buf_t in, out;
     civ_buf_init(&out, rbuf, (size_t)rcount * m->n, rdt);

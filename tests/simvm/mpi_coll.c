@@ -583,7 +583,11 @@ static void first_use(void)
 
 /* Freeing a communicator must not wait for ranks that have not finished
  * its last collective: here the last rank reads the broadcast only after a
- * message that rank 0 sends after the free (a deadlock if the free waits). */
+ * message that rank 0 sends after the free (a deadlock if the free waits).
+ * A first broadcast by every rank comes before: a communicator's first
+ * collective may synchronize (Open MPI 5's han makes its communicators
+ * then), which MPI allows, and the lagging broadcast must be one that
+ * needs no partner to start. */
 static void free_while_behind(void)
 {
     int ok = 1;
@@ -592,6 +596,7 @@ static void free_while_behind(void)
         MPI_Comm_dup(MPI_COMM_WORLD, &c);
         int v[4] = {round, 1, 2, 3}, token = round;
         MPI_Barrier(c); /* the area exists before the broadcast */
+        MPI_Bcast(&token, 1, MPI_INT, 0, c);
         if (wrank == 0) {
             MPI_Bcast(v, 4, MPI_INT, 0, c);
             MPI_Comm_free(&c);
