@@ -221,7 +221,6 @@ void uct_ivshmem_md_track(uct_ivshmem_md_t *md, int open);
 void uct_ivshmem_rma_query(const uct_ivshmem_iface_t *iface,
                            uct_iface_attr_t *attr);
 /* UCX_IVSHMEM_STATS: the remote-access counters, one line on stderr. */
-void uct_ivshmem_rma_print_stats(const uct_ivshmem_iface_t *iface);
 ucs_status_t uct_ivshmem_ep_put_short(uct_ep_h tl_ep, const void *buffer,
                                       unsigned length, uint64_t remote_addr,
                                       uct_rkey_t rkey);

@@ -247,6 +247,7 @@ static ucs_status_t uct_ivshmem_iface_flush(uct_iface_h tl_iface,
     return iface->pending_eps ? UCS_INPROGRESS : UCS_OK;
 }
 
+/* the counters of UCX_IVSHMEM_STATS=y at close: messages, then RMA */
 static void uct_ivshmem_iface_print_stats(uct_ivshmem_iface_t *iface)
 {
     const uct_ivshmem_counters_t *c = &iface->cnt;
@@ -261,6 +262,18 @@ static void uct_ivshmem_iface_print_stats(uct_ivshmem_iface_t *iface)
             (unsigned long long)c->rx_msgs, (unsigned long long)c->rx_bytes,
             (unsigned long long)c->rx_dropped, (unsigned long long)c->tx_full,
             (unsigned long long)c->pending_done);
+    fprintf(stderr,
+            "uct ivshmem rma: %s pid %d device %s: put %llu bytes (short "
+            "%llu, bcopy %llu, zcopy %llu), get %llu bytes (short %llu, "
+            "bcopy %llu, zcopy %llu), atomics %llu, refused %llu\n",
+            host, (int)getpid(), iface->md->device,
+            (unsigned long long)(c->put_short + c->put_bcopy + c->put_zcopy),
+            (unsigned long long)c->put_short, (unsigned long long)c->put_bcopy,
+            (unsigned long long)c->put_zcopy,
+            (unsigned long long)(c->get_short + c->get_bcopy + c->get_zcopy),
+            (unsigned long long)c->get_short, (unsigned long long)c->get_bcopy,
+            (unsigned long long)c->get_zcopy, (unsigned long long)c->atomics,
+            (unsigned long long)c->rma_refused);
 }
 
 UCS_CLASS_INIT_FUNC(uct_ivshmem_iface_t, uct_md_h tl_md,
@@ -344,7 +357,6 @@ UCS_CLASS_CLEANUP_FUNC(uct_ivshmem_iface_t)
                                     UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
     if (self->stats) {
         uct_ivshmem_iface_print_stats(self);
-        uct_ivshmem_rma_print_stats(self);
     }
     ivshm_ep_destroy(self->chan);
     ucs_free(self->rx_buf);

@@ -177,6 +177,19 @@ ucs_status_t uct_ivshmem_mem_free(uct_md_h tl_md, uct_mem_h memh)
     return UCS_OK;
 }
 
+/* the owner's lease of a range: a located heap block's, or a peer's key's */
+static void uct_ivshmem_owner_set(ivshm_identity_t *owner,
+                                  const uint8_t region_uuid[16], uint64_t vm_id,
+                                  uint32_t slot, uint32_t gen, uint32_t pid)
+{
+    memset(owner, 0, sizeof(*owner));
+    memcpy(owner->region_uuid, region_uuid, 16);
+    owner->vm_id = vm_id;
+    owner->slot = slot;
+    owner->gen = gen;
+    owner->pid = pid;
+}
+
 /* Memory of another mapping of this region in this process: the lookup
  * of the copy of libivshm that owns it (ivshm/locate.h; the BTL ivshmem),
  * asked at each registration and never kept, since that copy may be
@@ -191,12 +204,8 @@ static int uct_ivshmem_mem_locate(const uct_ivshmem_md_t *md, void *address,
     if (locate == NULL || locate(address, length, &loc) != 0 ||
         memcmp(loc.region_uuid, md->uuid, 16) != 0)
         return 0;
-    memset(&mh->owner, 0, sizeof(mh->owner));
-    memcpy(mh->owner.region_uuid, loc.region_uuid, 16);
-    mh->owner.vm_id = loc.vm_id;
-    mh->owner.slot = loc.slot;
-    mh->owner.gen = loc.gen;
-    mh->owner.pid = loc.pid;
+    uct_ivshmem_owner_set(&mh->owner, loc.region_uuid, loc.vm_id, loc.slot,
+                          loc.gen, loc.pid);
     mh->off = loc.off;
     return 1;
 }
@@ -317,11 +326,8 @@ ucs_status_t uct_ivshmem_rkey_unpack(uct_component_t *component,
     uct_ivshmem_rkey_t *k = ucs_calloc(1, sizeof(*k), "ivshmem rkey");
     if (k == NULL)
         return UCS_ERR_NO_MEMORY;
-    memcpy(k->owner.region_uuid, p.region_uuid, 16);
-    k->owner.vm_id = p.vm_id;
-    k->owner.slot = p.slot;
-    k->owner.gen = p.gen;
-    k->owner.pid = p.pid;
+    uct_ivshmem_owner_set(&k->owner, p.region_uuid, p.vm_id, p.slot, p.gen,
+                          p.pid);
     k->addr = p.addr;
     k->off = p.off;
     k->len = p.len;

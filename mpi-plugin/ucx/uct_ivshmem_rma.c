@@ -20,9 +20,7 @@
 #include <uct/base/uct_iov.inl>
 
 #include <stdatomic.h>
-#include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 /* Largest put and get served without registration (short, bcopy). */
 #define UCT_IVSHMEM_RMA_MAX_SHORT 256
@@ -379,22 +377,3 @@ static ucs_status_t uct_ivshmem_amo_done(uct_ep_h tl_ep, size_t size,
 
 UCT_IVSHMEM_AMO_DEFINE(64)
 UCT_IVSHMEM_AMO_DEFINE(32)
-
-void uct_ivshmem_rma_print_stats(const uct_ivshmem_iface_t *iface)
-{
-    const uct_ivshmem_counters_t *c = &iface->cnt;
-    char host[64] = "";
-    gethostname(host, sizeof(host) - 1);
-    fprintf(stderr,
-            "uct ivshmem rma: %s pid %d device %s: put %llu bytes (short "
-            "%llu, bcopy %llu, zcopy %llu), get %llu bytes (short %llu, "
-            "bcopy %llu, zcopy %llu), atomics %llu, refused %llu\n",
-            host, (int)getpid(), iface->md->device,
-            (unsigned long long)(c->put_short + c->put_bcopy + c->put_zcopy),
-            (unsigned long long)c->put_short, (unsigned long long)c->put_bcopy,
-            (unsigned long long)c->put_zcopy,
-            (unsigned long long)(c->get_short + c->get_bcopy + c->get_zcopy),
-            (unsigned long long)c->get_short, (unsigned long long)c->get_bcopy,
-            (unsigned long long)c->get_zcopy, (unsigned long long)c->atomics,
-            (unsigned long long)c->rma_refused);
-}

@@ -127,3 +127,26 @@ simvm_require() {
     [ -f "$top_builddir/mpi-plugin/btl/.libs/mca_btl_ivshmem.so" ] || simvm_skip "component not built"
     ip netns add ivsprobe 2>/dev/null && ip netns del ivsprobe || simvm_skip "no network namespaces"
 }
+
+# simvm_require_ucx: the UCX transport's tests also need it built; sets
+# UCT_LIB (the transport's library, preloaded into the ranks)
+simvm_require_ucx() {
+    UCT_LIB=$top_builddir/mpi-plugin/ucx/.libs/libuct_ivshmem.so
+    [ -f "$UCT_LIB" ] || simvm_skip "UCX transport not built (configure: UCX transport no)"
+}
+
+# simvm_checks: a test of named checks: $work (a scratch folder, removed
+# with the simulated VMs at exit), ok/bad to count each check's outcome and
+# simvm_checks_end NAME for the closing line and the exit status
+simvm_checks() {
+    work=$(mktemp -d)
+    trap '"$SIMVM" down; rm -rf "$work"' EXIT
+    trap 'exit 1' INT TERM
+    pass=0 fail=0
+}
+ok() { pass=$((pass + 1)); echo "ok: $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+simvm_checks_end() { # NAME
+    echo "$1: $pass passed, $fail failed"
+    [ "$fail" -eq 0 ]
+}

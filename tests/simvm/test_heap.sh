@@ -29,8 +29,6 @@ trap 'exit 1' INT TERM
 mpicc -O2 -pthread "$top_srcdir/tests/simvm/mpi_heap.c" -o "$work/mpi_heap"
 mpicc -O2 "$top_srcdir/tests/simvm/mpi_check.c" -o "$work/mpi_check"
 pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok: $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
 "$SIMVM" up a:0 a:1
 simvm_format 256M

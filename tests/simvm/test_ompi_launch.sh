@@ -21,8 +21,6 @@ trap '"$SIMVM" down; rm -rf "$work" /dev/shm/ivshm-launch-$$' EXIT
 trap 'exit 1' INT TERM
 mpicc -O2 "$top_srcdir/tests/simvm/mpi_check.c" -o "$work/mpi_check"
 pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok: $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 ver=$(mpirun --version 2>/dev/null | head -1)
 echo "Open MPI: $ver"
 # region sends of each "rank A -> rank B" line with sends > 0, and gets

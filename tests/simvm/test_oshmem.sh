@@ -15,15 +15,9 @@ set -u
 . "$(dirname "$0")/lib.sh"
 simvm_require
 command -v oshrun >/dev/null && command -v oshcc >/dev/null || simvm_skip "no OpenSHMEM (oshrun, oshcc)"
-UCT_LIB=$top_builddir/mpi-plugin/ucx/.libs/libuct_ivshmem.so
-[ -f "$UCT_LIB" ] || simvm_skip "UCX transport not built (configure: UCX transport no)"
+simvm_require_ucx
 
-work=$(mktemp -d)
-trap '"$SIMVM" down; rm -rf "$work"' EXIT
-trap 'exit 1' INT TERM
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok: $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+simvm_checks
 
 oshcc -O2 "$top_srcdir/tests/simvm/shmem_check.c" -o "$work/shmem_check"
 "$SIMVM" up a:0 a:1 b:2
@@ -82,5 +76,4 @@ else
 fi
 grep -q "refused [1-9]" "$out" && bad "refused accesses: $(grep 'refused [1-9]' "$out" | head -3)"
 
-echo "test_oshmem: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+simvm_checks_end test_oshmem

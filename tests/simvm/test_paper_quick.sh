@@ -17,8 +17,6 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 trap 'exit 1' INT TERM
 pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok: $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
 sh "$top_srcdir/benchmarks/paper-eval.sh" --quick --ivshmem-only --out "$out" 2>"$out/progress" >"$out/stdout"
 rc=$?

@@ -28,8 +28,6 @@ trap 'exit 1' INT TERM
 mpicc -O2 -I"$top_srcdir/libivshm/include" "$top_srcdir/tests/simvm/mpi_quota.c" \
     -o "$work/mpi_quota"
 pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok: $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
 "$SIMVM" up a:0 a:1
 TWO=10.200.0.1:1,10.200.0.2:1

@@ -22,8 +22,6 @@ trap '"$SIMVM" down; rm -rf "$work"' EXIT
 trap 'exit 1' INT TERM
 mpicc -O2 "$top_srcdir/tests/simvm/mpi_check.c" -o "$work/mpi_check"
 pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok: $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
 "$SIMVM" up a:0 a:1 a:2 b:3 b:4
 simvm_format 256M

@@ -22,8 +22,6 @@ trap '"$SIMVM" down; rm -rf "$work"' EXIT
 trap 'exit 1' INT TERM
 mpicc -O2 -pthread "$top_srcdir/tests/simvm/mpi_threads.c" -o "$work/mpi_threads"
 pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok: $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
 "$SIMVM" up a:0 a:1 a:2
 simvm_format 256M

@@ -23,15 +23,9 @@ set -u
 . "$(dirname "$0")/lib.sh"
 simvm_require
 command -v ucx_info >/dev/null || simvm_skip "no ucx_info (ucx-utils)"
-UCT_LIB=$top_builddir/mpi-plugin/ucx/.libs/libuct_ivshmem.so
-[ -f "$UCT_LIB" ] || simvm_skip "UCX transport not built (configure: UCX transport no)"
+simvm_require_ucx
 
-work=$(mktemp -d)
-trap '"$SIMVM" down; rm -rf "$work"' EXIT
-trap 'exit 1' INT TERM
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok: $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+simvm_checks
 IVSHM=$top_builddir/libivshm/tools/ivshm
 
 # ---- 1. another UCX: refused with one message
@@ -160,5 +154,4 @@ else
     bad "UCX_TLS=self,ivshmem (rc $rc, vm0 ${s0:-none} vm1 ${s1:-none} bytes)"; tail -20 "$work/pair.out"
 fi
 
-echo "test_ucx: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+simvm_checks_end test_ucx

@@ -26,8 +26,7 @@ set -u
 [ "$(id -u)" = 0 ] || simvm_skip "needs root for namespaces"
 command -v ucx_perftest >/dev/null || simvm_skip "no ucx_perftest (ucx-utils)"
 pkg-config --exists ucx || simvm_skip "no UCX headers (libucx-dev)"
-UCT_LIB=$top_builddir/mpi-plugin/ucx/.libs/libuct_ivshmem.so
-[ -f "$UCT_LIB" ] || simvm_skip "UCX transport not built (configure: UCX transport no)"
+simvm_require_ucx
 unshare --pid --ipc --mount --fork --mount-proc true 2>/dev/null ||
     simvm_skip "no pid/IPC/mount namespaces (unshare)"
 
@@ -35,8 +34,6 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 trap 'exit 1' INT TERM
 pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok: $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
 # a port of its own for the address exchange (a leftover from a killed
 # run must not answer)
@@ -153,5 +150,4 @@ fi
 ucp_pair "--user --map-root-user $CONTAINER" user
 carried user "with user namespaces too"
 
-echo "test_ucx_containers: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+simvm_checks_end test_ucx_containers

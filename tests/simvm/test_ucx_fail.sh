@@ -17,8 +17,7 @@
 # mpirun's own abort (its daemon saw the rank die) ends the job.
 set -u
 . "$(dirname "$0")/lib.sh"
-UCT_LIB=$top_builddir/mpi-plugin/ucx/.libs/libuct_ivshmem.so
-[ -f "$UCT_LIB" ] || simvm_skip "UCX transport not built (configure: UCX transport no)"
+simvm_require_ucx
 command -v pkg-config >/dev/null && pkg-config --exists ucx || simvm_skip "no UCX headers"
 
 work=$(mktemp -d)
@@ -26,8 +25,6 @@ trap 'kill $a $b 2>/dev/null; [ -z "$vms" ] || "$SIMVM" down; rm -rf "$work"' EX
 trap 'exit 1' INT TERM
 a="" b="" vms=""
 pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok: $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
 cc -O2 "$top_srcdir/tests/simvm/ucp_peer_fail.c" -o "$work/ucp_peer_fail" \
     $(pkg-config --cflags --libs ucx) -lucp || exit 1
@@ -100,5 +97,4 @@ else
     done
 fi
 
-echo "test_ucx_fail: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+simvm_checks_end test_ucx_fail

@@ -20,15 +20,9 @@ set -u
 simvm_require
 command -v mpiexec.mpich >/dev/null && command -v mpicc.mpich >/dev/null ||
     simvm_skip "no MPICH (mpich)"
-UCT_LIB=$top_builddir/mpi-plugin/ucx/.libs/libuct_ivshmem.so
-[ -f "$UCT_LIB" ] || simvm_skip "UCX transport not built (configure: UCX transport no)"
+simvm_require_ucx
 
-work=$(mktemp -d)
-trap '"$SIMVM" down; rm -rf "$work"' EXIT
-trap 'exit 1' INT TERM
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok: $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+simvm_checks
 
 "$SIMVM" up a:0 a:1 b:2
 simvm_format 64M
@@ -86,5 +80,4 @@ else
     bad "MPICH ch4:ucx: the routes were as expected in $routed of $runs runs"
 fi
 
-echo "test_ucx_mpich: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+simvm_checks_end test_ucx_mpich

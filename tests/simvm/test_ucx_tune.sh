@@ -27,18 +27,13 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 simvm_require
-UCT_DIR=$top_builddir/mpi-plugin/ucx/.libs
+simvm_require_ucx
+UCT_DIR=${UCT_LIB%/*}
 HEAP_DIR=$top_builddir/libivshm/.libs
-[ -f "$UCT_DIR/libuct_ivshmem.so" ] || simvm_skip "UCX transport not built (configure: UCX transport no)"
 [ -f "$HEAP_DIR/libivshm-heap.so" ] || simvm_skip "libivshm-heap.so not built (static build)"
 SETS=$top_srcdir/mpi-plugin/amca-param-sets
 
-work=$(mktemp -d)
-trap '"$SIMVM" down; rm -rf "$work"' EXIT
-trap 'exit 1' INT TERM
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok: $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+simvm_checks
 mpicc -O2 "$top_srcdir/tests/simvm/mpi_check.c" -o "$work/mpi_check"
 mpicc -O2 -pthread "$top_srcdir/tests/simvm/mpi_heap.c" -o "$work/mpi_heap"
 mpicc -O2 "$top_srcdir/tests/simvm/mpi_coll.c" -o "$work/mpi_coll"
@@ -135,5 +130,4 @@ else
     bad "--tune ivshmem-ucx: coll ivshmem took MPI_COMM_WORLD on $n ranks"; grep "coll ivshmem" "$work/coll.out"
 fi
 
-echo "test_ucx_tune: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+simvm_checks_end test_ucx_tune
