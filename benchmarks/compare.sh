@@ -295,7 +295,7 @@ for bench in $benches; do
         case $bench in
         latency|mlat|bw|bibw)
             summary="$summary$(awk -v bench="$bench" '
-                NR > 1 {
+                {
                     lat = (bench == "latency" || bench == "mlat")
                     if ($1 < 8 || (lat && $1 > 4096) || (!lat && $1 < 8192)) next
                     for (col = 6; col <= 9; col++) {
@@ -319,7 +319,7 @@ for bench in $benches; do
     case $bench in
     latency|mlat|bw|bibw)
         summary="$summary$(awk -v bench="$bench" '
-            NR > 1 && $3 != "-" && $5 > 0 {
+            $3 != "-" && $5 > 0 {
                 lat = (bench == "latency" || bench == "mlat")
                 if (lat && $1 < 8) next
                 if (!lat && $1 < 8192) next
@@ -374,7 +374,7 @@ for bench in $benches; do
                 ok = lat ? q + 0 <= 1.00 : q + 0 >= 1.00
                 tot[name]++; if (ok) met[name]++; else miss[name] = miss[name] " " $1 ":" q
             }
-            NR > 1 && $1 >= 1 && $1 <= 2048 && $5 > 0 {
+            $1 >= 1 && $1 <= 2048 && $5 > 0 {
                 lat = (bench == "latency" || bench == "mlat")
                 chk("ivshmem / vader medians", $8); chk("ivshmem / vader means", $13)
                 chk("ivshmem-heap / vader medians", $9); chk("ivshmem-heap / vader means", $10)
@@ -396,7 +396,7 @@ for bench in $benches; do
                 $2, $2 / $5, ($2 / $5 <= 1.10 ? "met" : "MISSED"), $2 / $7, ($2 / $7 <= 0.10 ? "met" : "MISSED") }' "$work/table.$bench")
 " ;;
     bw)
-        summary="$summary$(awk 'NR > 1 { if ($2 > a) a = $2; if ($4 + 0 > m) m = $4; if ($5 > b) b = $5; if ($7 > d) d = $7; if ($3 + 0 > h) h = $3 }
+        summary="$summary$(awk '{ if ($2 > a) a = $2; if ($4 + 0 > m) m = $4; if ($5 > b) b = $5; if ($7 > d) d = $7; if ($3 + 0 > h) h = $3 }
             END { if (b > 0) printf "peak bandwidth: ivshmem %.0f MB/s = %.2f x vader (target >= 0.70: %s), %.1f x tcp\n",
                 a, a / b, (a / b >= 0.70 ? "met" : "MISSED"), (d > 0 ? a / d : 0)
                   if (b > 0 && m > 0) printf "peak bandwidth, MPI_Alloc_mem buffers: ivshmem %.0f MB/s = %.2f x vader (target >= 1.00: %s)\n",

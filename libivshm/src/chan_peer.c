@@ -245,3 +245,34 @@ ivshm_status_t ivshm_ep_peer_alive(ivshm_ep_t *ep, uint32_t peer)
                            peer);
     return IVSHM_OK;
 }
+
+ivshm_status_t ivshm_ep_peer_silence(ivshm_ep_t *ep, uint32_t peer,
+                                     uint64_t *silent_ms)
+{
+    *silent_ms = 0;
+    ivshm_status_t st = ivshm_ep_peer_alive(ep, peer);
+    if (st != IVSHM_OK)
+        return st;
+    const struct peer *p = ep->peers[peer];
+    struct ivshm_reg_slot *s = ivshm__reg(ep->r, p->owner_slot);
+    uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
+    uint64_t now = ivshm__now_ns();
+    bool by_pid;
+    /* the slot's word read once: a slot taken by a new lease meanwhile is
+     * no verdict on this peer (ivshm_ep_peer_alive answers it next time) */
+    if (w != SLOT_WORD(p->owner_gen, SLOT_ALIVE))
+        return IVSHM_OK;
+    switch (ivshm__lease_verdict(ep->r, s, w, now, &by_pid)) {
+    case VERDICT_DEAD:
+        return ivshm__fail(IVSHM_ERR_PEER_DEAD,
+                           "peer %u's process is gone (pid table)", peer);
+    case VERDICT_DOUBT: {
+        uint64_t hb = atomic_load_explicit(&s->heartbeat_ns,
+                                           memory_order_acquire);
+        *silent_ms = now > hb ? (now - hb) / 1000000u : 0;
+        return IVSHM_OK;
+    }
+    default:
+        return IVSHM_OK;
+    }
+}

@@ -69,6 +69,7 @@ typedef struct uct_ivshmem_iface_config {
     int same_vm; /* also reach processes of this VM (UCX's own shared
                   * memory serves them better) */
     int stats;   /* print the counters when the interface closes */
+    ucs_time_t peer_timeout; /* how long a peer in doubt may stay silent */
 } uct_ivshmem_iface_config_t;
 
 typedef struct uct_ivshmem_counters {
@@ -93,8 +94,11 @@ typedef struct uct_ivshmem_iface {
     size_t max_bcopy;
     int same_vm;
     int stats;
+    uint64_t peer_timeout_ms; /* UINT64_MAX: never judged (inf) */
+    int fails_due;    /* endpoints failed outside progress, UCX not told */
     void *rx_buf;     /* private copy of a received message */
     void *tx_buf;     /* bcopy staging */
+    void *get_buf;    /* get_bcopy's checked copy, before unpacking */
     ucs_list_link_t eps;
     unsigned pending_eps; /* endpoints with a pending request */
     uct_ivshmem_counters_t cnt;
@@ -191,6 +195,12 @@ ucs_status_t uct_ivshmem_iface_event_arm(uct_iface_h tl_iface, unsigned events);
  * is UINT32_MAX) with status and tells UCX's error handler of each. */
 void uct_ivshmem_iface_fail_eps(uct_ivshmem_iface_t *iface, uint32_t peer,
                                 ucs_status_t status);
+/* The same, with UCX told on the next progress call: for a failure found
+ * inside a send or a check, whose caller still holds the endpoint. */
+void uct_ivshmem_iface_fail_eps_later(uct_ivshmem_iface_t *iface,
+                                      uint32_t peer, ucs_status_t status);
+/* Tells UCX's error handler of each failed endpoint not reported yet. */
+void uct_ivshmem_iface_report_fails(uct_ivshmem_iface_t *iface);
 /* Runs the pending requests of every endpoint; returns how many finished. */
 unsigned uct_ivshmem_iface_dispatch_pending(uct_ivshmem_iface_t *iface);
 

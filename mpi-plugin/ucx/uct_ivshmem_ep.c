@@ -62,6 +62,35 @@ static inline int uct_ivshmem_ep_must_wait(const uct_ivshmem_ep_t *ep)
     return !ep->dispatching && !ucs_queue_is_empty(&ep->pending);
 }
 
+/* UCP's keepalive (error handling mode peer; an active message with
+ * UCT_SEND_FLAG_PEER_CHECK, or ep_check) asks about the peer. The channel
+ * fails the endpoints of a peer proven gone on its own progress; a peer
+ * only in doubt (another VM, no heartbeat: it may be paused) is judged
+ * here: silent past UCX_IVSHMEM_PEER_TIMEOUT, its endpoints fail with an
+ * endpoint timeout (nothing of it is reclaimed, docs/ucx.md). UCX hears
+ * it on the next progress call: the caller still holds the endpoint. */
+static void uct_ivshmem_ep_peer_check(uct_ivshmem_ep_t *ep,
+                                      uct_ivshmem_iface_t *iface)
+{
+    uint64_t silent_ms;
+    if (ep->failed != UCS_OK)
+        return;
+    ivshm_status_t st = ivshm_ep_peer_silence(iface->chan, ep->peer,
+                                              &silent_ms);
+    if (st == IVSHM_ERR_PEER_DEAD) {
+        uct_ivshmem_iface_fail_eps_later(iface, ep->peer,
+                                         UCS_ERR_CONNECTION_RESET);
+    } else if (st == IVSHM_OK && silent_ms > iface->peer_timeout_ms) {
+        ucs_error("ivshmem: peer %u of region %s (another VM) has been "
+                  "silent for %llu s, past UCX_IVSHMEM_PEER_TIMEOUT: its "
+                  "endpoints fail (its memory is kept: it may be paused)",
+                  ep->peer, iface->md->device,
+                  (unsigned long long)(silent_ms / 1000));
+        uct_ivshmem_iface_fail_eps_later(iface, ep->peer,
+                                         UCS_ERR_ENDPOINT_TIMEOUT);
+    }
+}
+
 static ucs_status_t uct_ivshmem_send_status(uct_ivshmem_iface_t *iface,
                                             ivshm_status_t st)
 {
@@ -122,9 +151,10 @@ ssize_t uct_ivshmem_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
     uct_ivshmem_ep_t *ep = ucs_derived_of(tl_ep, uct_ivshmem_ep_t);
     uct_ivshmem_iface_t *iface =
         ucs_derived_of(tl_ep->iface, uct_ivshmem_iface_t);
-    (void)flags;
 
     UCT_CHECK_AM_ID(id);
+    if (ucs_unlikely(flags & UCT_SEND_FLAG_PEER_CHECK))
+        uct_ivshmem_ep_peer_check(ep, iface);
     if (ep->failed != UCS_OK)
         return ep->failed;
     if (uct_ivshmem_ep_must_wait(ep))
@@ -215,37 +245,51 @@ ucs_status_t uct_ivshmem_ep_flush(uct_ep_h tl_ep, unsigned flags,
     return UCS_OK;
 }
 
-/* UCP's keepalive (error handling mode peer) asks each endpoint: the
- * channel judges every peer's lease on each progress call and fails the
- * endpoints of a peer proven gone (uct_ivshmem_iface_fail_eps), so there
- * is nothing to send; a failure already known is reported again only if
- * UCX was not told yet. */
 ucs_status_t uct_ivshmem_ep_check(uct_ep_h tl_ep, unsigned flags,
                                   uct_completion_t *comp)
 {
     uct_ivshmem_ep_t *ep = ucs_derived_of(tl_ep, uct_ivshmem_ep_t);
-    uct_ivshmem_iface_t *iface =
-        ucs_derived_of(tl_ep->iface, uct_ivshmem_iface_t);
     (void)flags;
     (void)comp;
-    if (ep->failed != UCS_OK && !ep->fail_reported)
-        uct_ivshmem_iface_fail_eps(iface, ep->peer, ep->failed);
+    uct_ivshmem_ep_peer_check(
+        ep, ucs_derived_of(tl_ep->iface, uct_ivshmem_iface_t));
     return UCS_OK;
 }
 
 /* The peer is lost for good: its sends fail from now on, and UCX hears of
  * it through the interface's error handler (UCP's error handling mode
- * peer), one endpoint at a time. The handler may destroy the endpoint it
- * is given (and UCP may destroy others with it), so the list is walked
- * again from its head after each call. */
-void uct_ivshmem_iface_fail_eps(uct_ivshmem_iface_t *iface, uint32_t peer,
-                                ucs_status_t status)
+ * peer). */
+static void uct_ivshmem_iface_mark_failed(uct_ivshmem_iface_t *iface,
+                                          uint32_t peer, ucs_status_t status)
 {
     uct_ivshmem_ep_t *ep;
     ucs_list_for_each(ep, &iface->eps, link) {
         if ((peer == UINT32_MAX || ep->peer == peer) && ep->failed == UCS_OK)
             ep->failed = status;
     }
+}
+
+void uct_ivshmem_iface_fail_eps(uct_ivshmem_iface_t *iface, uint32_t peer,
+                                ucs_status_t status)
+{
+    uct_ivshmem_iface_mark_failed(iface, peer, status);
+    uct_ivshmem_iface_report_fails(iface);
+}
+
+void uct_ivshmem_iface_fail_eps_later(uct_ivshmem_iface_t *iface,
+                                      uint32_t peer, ucs_status_t status)
+{
+    uct_ivshmem_iface_mark_failed(iface, peer, status);
+    iface->fails_due = 1;
+}
+
+/* One endpoint at a time: the handler may destroy the endpoint it is
+ * given (and UCP may destroy others with it), so the list is walked again
+ * from its head after each call. */
+void uct_ivshmem_iface_report_fails(uct_ivshmem_iface_t *iface)
+{
+    uct_ivshmem_ep_t *ep;
+    iface->fails_due = 0;
     for (;;) {
         uct_ivshmem_ep_t *next = NULL;
         ucs_list_for_each(ep, &iface->eps, link) {

@@ -8,6 +8,8 @@
 #include "uct_ivshmem_build.h"
 #include "uct_ivshmem.h"
 
+#include <ucs/time/time.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,14 @@ ucs_config_field_t uct_ivshmem_iface_config_table[] = {
     {"STATS", "n",
      "Print the interface's message counters on stderr when it closes.",
      ucs_offsetof(uct_ivshmem_iface_config_t, stats), UCS_CONFIG_TYPE_BOOL},
+
+    {"PEER_TIMEOUT", "30s",
+     "A peer in another VM whose lease has had no heartbeat for longer than "
+     "this (past the region's lease timeout; its VM may be paused) fails "
+     "its endpoints with an endpoint timeout when UCP's keepalive asks "
+     "(error handling mode peer). Nothing of it is reclaimed. inf: never.",
+     ucs_offsetof(uct_ivshmem_iface_config_t, peer_timeout),
+     UCS_CONFIG_TYPE_TIME_UNITS},
 
     {NULL}
 };
@@ -61,9 +71,10 @@ static void uct_ivshmem_iface_rx(void *arg, const ivshm_msg_t *m)
  * gone, an admin's 'ivshm gc --force') is lost, and UCX hears it as
  * UCS_ERR_CONNECTION_RESET on each endpoint to it. A peer whose lease is
  * only in doubt (another VM, heartbeat expired: the VM may be paused) is
- * not reported: nothing of it was reclaimed, it may answer again, and
- * its sends wait for room meanwhile (UCP's own keepalive and the MPI's
- * launcher judge a peer that never comes back). Our own lease reclaimed:
+ * not reported here: nothing of it was reclaimed, it may answer again,
+ * and its sends wait for room meanwhile; UCP's keepalive asks the
+ * endpoint (uct_ivshmem_ep_peer_check), which fails it once the silence
+ * passes UCX_IVSHMEM_PEER_TIMEOUT. Our own lease reclaimed:
  * every endpoint fails with UCS_ERR_ENDPOINT_TIMEOUT (this process
  * stalled past the lease timeout and may not touch the region again). */
 static void uct_ivshmem_iface_event(void *arg, int kind, uint32_t peer)
@@ -104,6 +115,8 @@ static unsigned uct_ivshmem_iface_progress(uct_iface_h tl_iface)
     uct_ivshmem_iface_t *iface = ucs_derived_of(tl_iface, uct_ivshmem_iface_t);
     int n = ivshm_ep_progress(iface->chan);
     unsigned count = n > 0 ? (unsigned)n : 0;
+    if (ucs_unlikely(iface->fails_due))
+        uct_ivshmem_iface_report_fails(iface);
     if (iface->pending_eps)
         count += uct_ivshmem_iface_dispatch_pending(iface);
     return count;
@@ -310,6 +323,10 @@ UCS_CLASS_INIT_FUNC(uct_ivshmem_iface_t, uct_md_h tl_md,
     self->pending_eps = 0;
     self->same_vm = cfg->same_vm;
     self->stats = cfg->stats;
+    self->fails_due = 0;
+    self->peer_timeout_ms = cfg->peer_timeout == UCS_TIME_INFINITY
+                                ? UINT64_MAX
+                                : (uint64_t)ucs_time_to_msec(cfg->peer_timeout);
     ucs_list_head_init(&self->eps);
     ivshm_ep_config_t chan_cfg;
     uct_ivshmem_chan_config(&chan_cfg);
@@ -339,9 +356,11 @@ UCS_CLASS_INIT_FUNC(uct_ivshmem_iface_t, uct_md_h tl_md,
     }
     self->rx_buf = ucs_malloc(self->max_bcopy, "ivshmem rx");
     self->tx_buf = ucs_malloc(self->max_bcopy, "ivshmem tx");
-    if (self->rx_buf == NULL || self->tx_buf == NULL) {
+    self->get_buf = ucs_malloc(self->max_bcopy, "ivshmem get");
+    if (self->rx_buf == NULL || self->tx_buf == NULL || self->get_buf == NULL) {
         ucs_free(self->rx_buf);
         ucs_free(self->tx_buf);
+        ucs_free(self->get_buf);
         ivshm_ep_destroy(self->chan);
         return UCS_ERR_NO_MEMORY;
     }
@@ -361,6 +380,7 @@ UCS_CLASS_CLEANUP_FUNC(uct_ivshmem_iface_t)
     ivshm_ep_destroy(self->chan);
     ucs_free(self->rx_buf);
     ucs_free(self->tx_buf);
+    ucs_free(self->get_buf);
 }
 
 UCS_CLASS_DEFINE(uct_ivshmem_iface_t, uct_base_iface_t);

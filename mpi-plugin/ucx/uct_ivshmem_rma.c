@@ -59,16 +59,28 @@ void uct_ivshmem_rma_query(const uct_ivshmem_iface_t *iface,
         UCS_BIT(UCT_ATOMIC_OP_SWAP) | UCS_BIT(UCT_ATOMIC_OP_CSWAP);
 }
 
-/* What a copy asks of the owner between pieces and after the last. */
+/* What a copy asks between pieces and after the last: the remote owner
+ * still holds its range, and where the local side is region memory of
+ * this mapping (the transport's own allocations), this process still
+ * holds that too (a lease reclaimed under a stalled process gives its
+ * chunks to others). */
 typedef struct uct_ivshmem_owner_ref {
     ivshm_region_t *r;
     const ivshm_identity_t *owner;
+    ivshm_identity_t self;
+    uint64_t local_off; /* UINT64_MAX: the local side is private memory */
+    uint64_t remote_off;
 } uct_ivshmem_owner_ref_t;
 
 static bool uct_ivshmem_owner_holds(void *arg, uint64_t off, uint64_t len)
 {
     const uct_ivshmem_owner_ref_t *o = arg;
-    return ivshm_region_owned(o->r, o->owner, off, len) == IVSHM_OK;
+    if (ivshm_region_owned(o->r, o->owner, off, len) != IVSHM_OK)
+        return false;
+    return o->local_off == UINT64_MAX ||
+           ivshm_region_owned(o->r, &o->self,
+                              o->local_off + (off - o->remote_off),
+                              len) == IVSHM_OK;
 }
 
 static ucs_status_t uct_ivshmem_rma_refuse(uct_ivshmem_iface_t *iface,
@@ -85,11 +97,16 @@ static ucs_status_t uct_ivshmem_rma_refuse(uct_ivshmem_iface_t *iface,
 /* The region offset and local address of [remote_addr, + size) of the
  * memory k names, once its checks pass: inside the key's range, in this
  * interface's region, all of it the owner's under its live lease. */
-static ucs_status_t uct_ivshmem_rma_target(uct_ivshmem_iface_t *iface,
+static ucs_status_t uct_ivshmem_rma_target(const uct_ivshmem_ep_t *ep,
+                                           uct_ivshmem_iface_t *iface,
                                            const uct_ivshmem_rkey_t *k,
                                            uint64_t remote_addr, size_t size,
                                            uint64_t *off, char **ptr)
 {
+    /* a lost peer, or this process' own lease lost (every endpoint fails
+     * with it): no access at all */
+    if (ep->failed != UCS_OK)
+        return ep->failed;
     if (memcmp(k->owner.region_uuid, iface->md->uuid, 16) != 0)
         return uct_ivshmem_rma_refuse(iface, k, UCS_ERR_INVALID_PARAM,
                                       "its key names another region");
@@ -100,32 +117,51 @@ static ucs_status_t uct_ivshmem_rma_target(uct_ivshmem_iface_t *iface,
     /* the key's range lies in the region (checked at unpack), so does
      * this part of it */
     *off = k->off + (remote_addr - k->addr);
+    *ptr = (char *)ivshm_region_base(iface->md->r) + *off;
+    if (size == 0)
+        return UCS_OK; /* nothing is touched */
     ivshm_status_t st = ivshm_region_owned(iface->md->r, &k->owner, *off,
-                                           size ? size : 1);
+                                           size);
     if (st == IVSHM_ERR_PEER_DEAD)
         return uct_ivshmem_rma_refuse(iface, k, UCS_ERR_CONNECTION_RESET,
                                       "its lease has ended");
     if (st != IVSHM_OK)
         return uct_ivshmem_rma_refuse(iface, k, UCS_ERR_INVALID_PARAM,
                                       "the range is not its memory");
-    *ptr = (char *)ivshm_region_base(iface->md->r) + *off;
     return UCS_OK;
 }
 
 /* One checked copy between local memory and the peer's range. */
-static ucs_status_t uct_ivshmem_rma_copy(uct_ivshmem_iface_t *iface, int put,
-                                         void *local, size_t size,
-                                         uint64_t remote_addr,
+static ucs_status_t uct_ivshmem_rma_copy(uct_ep_h tl_ep, int put, void *local,
+                                         size_t size, uint64_t remote_addr,
                                          uct_rkey_t rkey)
 {
+    const uct_ivshmem_ep_t *ep = ucs_derived_of(tl_ep, uct_ivshmem_ep_t);
+    uct_ivshmem_iface_t *iface =
+        ucs_derived_of(tl_ep->iface, uct_ivshmem_iface_t);
     const uct_ivshmem_rkey_t *k = (const uct_ivshmem_rkey_t *)(uintptr_t)rkey;
     uint64_t off;
     char *remote;
-    ucs_status_t status = uct_ivshmem_rma_target(iface, k, remote_addr, size,
-                                                 &off, &remote);
+    ucs_status_t status = uct_ivshmem_rma_target(ep, iface, k, remote_addr,
+                                                 size, &off, &remote);
     if (status != UCS_OK || size == 0)
         return status;
-    uct_ivshmem_owner_ref_t o = {iface->md->r, &k->owner};
+    uct_ivshmem_owner_ref_t o = {.r = iface->md->r,
+                                 .owner = &k->owner,
+                                 .local_off = UINT64_MAX,
+                                 .remote_off = off};
+    const char *base = ivshm_region_base(iface->md->r);
+    size_t rsize = ivshm_region_size(iface->md->r);
+    if ((const char *)local >= base && (size_t)((const char *)local - base) < rsize) {
+        o.local_off = (uint64_t)((const char *)local - base);
+        if (ivshm_self_identity(iface->md->r, &o.self) != IVSHM_OK ||
+            ivshm_region_owned(iface->md->r, &o.self, o.local_off, size) !=
+                IVSHM_OK)
+            return uct_ivshmem_rma_refuse(iface, k, UCS_ERR_INVALID_PARAM,
+                                          "the local buffer is region "
+                                          "memory this process does not "
+                                          "hold");
+    }
     if (!ivshmem_copy_held(put, local, remote, off, size, IVSHMEM_RDMA_PIECE,
                            uct_ivshmem_owner_holds, &o))
         return uct_ivshmem_rma_refuse(iface, k, UCS_ERR_CONNECTION_RESET,
@@ -135,7 +171,7 @@ static ucs_status_t uct_ivshmem_rma_copy(uct_ivshmem_iface_t *iface, int put,
     return UCS_OK;
 }
 
-static ucs_status_t uct_ivshmem_rma_iov(uct_ivshmem_iface_t *iface, int put,
+static ucs_status_t uct_ivshmem_rma_iov(uct_ep_h tl_ep, int put,
                                         const uct_iov_t *iov, size_t iovcnt,
                                         uint64_t remote_addr, uct_rkey_t rkey,
                                         size_t *total)
@@ -143,7 +179,7 @@ static ucs_status_t uct_ivshmem_rma_iov(uct_ivshmem_iface_t *iface, int put,
     *total = 0;
     for (size_t i = 0; i < iovcnt; i++) {
         size_t n = uct_iov_get_length(&iov[i]);
-        ucs_status_t status = uct_ivshmem_rma_copy(iface, put, iov[i].buffer,
+        ucs_status_t status = uct_ivshmem_rma_copy(tl_ep, put, iov[i].buffer,
                                                    n, remote_addr + *total,
                                                    rkey);
         if (status != UCS_OK)
@@ -160,7 +196,7 @@ ucs_status_t uct_ivshmem_ep_put_short(uct_ep_h tl_ep, const void *buffer,
     uct_ivshmem_iface_t *iface =
         ucs_derived_of(tl_ep->iface, uct_ivshmem_iface_t);
     UCT_CHECK_LENGTH(length, 0, UCT_IVSHMEM_RMA_MAX_SHORT, "put_short");
-    ucs_status_t status = uct_ivshmem_rma_copy(iface, 1, (void *)buffer,
+    ucs_status_t status = uct_ivshmem_rma_copy(tl_ep, 1, (void *)buffer,
                                                length, remote_addr, rkey);
     if (status == UCS_OK)
         iface->cnt.put_short += length;
@@ -176,7 +212,7 @@ ssize_t uct_ivshmem_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
     /* packed privately: the checks must come right before the store */
     size_t length = pack_cb(iface->tx_buf, arg);
     UCT_CHECK_LENGTH(length, 0, iface->max_bcopy, "put_bcopy");
-    ucs_status_t status = uct_ivshmem_rma_copy(iface, 1, iface->tx_buf, length,
+    ucs_status_t status = uct_ivshmem_rma_copy(tl_ep, 1, iface->tx_buf, length,
                                                remote_addr, rkey);
     if (status != UCS_OK)
         return status;
@@ -193,7 +229,7 @@ ucs_status_t uct_ivshmem_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
     size_t total;
     (void)comp; /* done when it returns */
     UCT_CHECK_IOV_SIZE(iovcnt, UCT_IVSHMEM_RMA_MAX_IOV, "put_zcopy");
-    ucs_status_t status = uct_ivshmem_rma_iov(iface, 1, iov, iovcnt,
+    ucs_status_t status = uct_ivshmem_rma_iov(tl_ep, 1, iov, iovcnt,
                                               remote_addr, rkey, &total);
     if (status == UCS_OK)
         iface->cnt.put_zcopy += total;
@@ -207,7 +243,7 @@ ucs_status_t uct_ivshmem_ep_get_short(uct_ep_h tl_ep, void *buffer,
     uct_ivshmem_iface_t *iface =
         ucs_derived_of(tl_ep->iface, uct_ivshmem_iface_t);
     UCT_CHECK_LENGTH(length, 0, UCT_IVSHMEM_RMA_MAX_SHORT, "get_short");
-    ucs_status_t status = uct_ivshmem_rma_copy(iface, 0, buffer, length,
+    ucs_status_t status = uct_ivshmem_rma_copy(tl_ep, 0, buffer, length,
                                                remote_addr, rkey);
     if (status == UCS_OK)
         iface->cnt.get_short += length;
@@ -226,12 +262,11 @@ ucs_status_t uct_ivshmem_ep_get_bcopy(uct_ep_h tl_ep,
     UCT_CHECK_LENGTH(length, 0, iface->max_bcopy, "get_bcopy");
     /* its own staging: UCP may ask for a get from an active message's
      * handler, while the message lies in rx_buf */
-    void *stage = ucs_alloca(length ? length : 1);
-    ucs_status_t status = uct_ivshmem_rma_copy(iface, 0, stage, length,
-                                               remote_addr, rkey);
+    ucs_status_t status = uct_ivshmem_rma_copy(tl_ep, 0, iface->get_buf,
+                                               length, remote_addr, rkey);
     if (status != UCS_OK)
         return status;
-    unpack_cb(arg, stage, length);
+    unpack_cb(arg, iface->get_buf, length);
     iface->cnt.get_bcopy += length;
     return UCS_OK;
 }
@@ -245,7 +280,7 @@ ucs_status_t uct_ivshmem_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
     size_t total;
     (void)comp;
     UCT_CHECK_IOV_SIZE(iovcnt, UCT_IVSHMEM_RMA_MAX_IOV, "get_zcopy");
-    ucs_status_t status = uct_ivshmem_rma_iov(iface, 0, iov, iovcnt,
+    ucs_status_t status = uct_ivshmem_rma_iov(tl_ep, 0, iov, iovcnt,
                                               remote_addr, rkey, &total);
     if (status == UCS_OK)
         iface->cnt.get_zcopy += total;
@@ -265,8 +300,9 @@ static ucs_status_t uct_ivshmem_amo_target(uct_ep_h tl_ep, size_t size,
     const uct_ivshmem_rkey_t *k = (const uct_ivshmem_rkey_t *)(uintptr_t)rkey;
     uint64_t off;
     char *p;
-    ucs_status_t status = uct_ivshmem_rma_target(iface, k, remote_addr, size,
-                                                 &off, &p);
+    ucs_status_t status =
+        uct_ivshmem_rma_target(ucs_derived_of(tl_ep, uct_ivshmem_ep_t), iface,
+                               k, remote_addr, size, &off, &p);
     if (status != UCS_OK)
         return status;
     if ((uintptr_t)p % size != 0)

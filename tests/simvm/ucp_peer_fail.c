@@ -8,7 +8,8 @@
  *
  * Prints "ucp_peer_fail: running" once a message from the peer arrived,
  * "ucp_peer_fail: error callback: STATUS" and exits 0 when the callback
- * comes; exits 2 if it did not come within SECONDS, 1 on a set-up error.
+ * comes; exits 2 if it did not come within SECONDS, 3 if a message came
+ * out of order or wrong, 1 on a set-up error.
  */
 #include <ucp/api/ucp.h>
 
@@ -121,12 +122,15 @@ int main(int argc, char **argv)
                 ucs_status_string(st));
         return 1;
     }
-    uint64_t out = 0, in = 0;
+    uint64_t out = 0, in = 0, expect = 1;
     void *sreq = NULL, *rreq = NULL;
     int running = 0;
     ucp_request_param_t sp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
                               .cb.send = done_cb};
-    ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
+    /* a request even when the message is there already (else NULL, and
+     * the message would go unchecked) */
+    ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                              UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
                               .cb.recv = recv_cb};
     while (!peer_failed && now() < deadline) {
         if (sreq == NULL || ucp_request_check_status(sreq) != UCS_INPROGRESS) {
@@ -139,10 +143,21 @@ int main(int argc, char **argv)
         }
         if (rreq == NULL || ucp_request_check_status(rreq) != UCS_INPROGRESS) {
             if (rreq) {
-                if (ucp_request_check_status(rreq) == UCS_OK && !running) {
-                    running = 1;
-                    printf("ucp_peer_fail: running\n");
-                    fflush(stdout);
+                if (ucp_request_check_status(rreq) == UCS_OK) {
+                    /* the peer sends 1, 2, 3, ... on one endpoint, in
+                     * order: anything else is a wrong result */
+                    if (in != expect) {
+                        printf("ucp_peer_fail: wrong message: %llu where "
+                               "%llu was due\n", (unsigned long long)in,
+                               (unsigned long long)expect);
+                        return 3;
+                    }
+                    expect++;
+                    if (!running) {
+                        running = 1;
+                        printf("ucp_peer_fail: running\n");
+                        fflush(stdout);
+                    }
                 }
                 ucp_request_free(rreq);
             }

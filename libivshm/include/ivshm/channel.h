@@ -167,6 +167,14 @@ int ivshm_ep_region_done(ivshm_ep_t *ep, uint32_t peer, uint64_t ticket);
 ivshm_status_t ivshm_ep_peer_holds(ivshm_ep_t *ep, uint32_t peer,
                                    uint64_t off, uint64_t len);
 ivshm_status_t ivshm_ep_peer_alive(ivshm_ep_t *ep, uint32_t peer);
+/* A peer's silence, for a caller that judges peers in doubt itself (the
+ * UCX transport's keepalive): *silent_ms is how long the peer's lease has
+ * gone without a heartbeat once that exceeds the region's lease timeout
+ * and its death cannot be proven from here (another VM: it may be
+ * paused), else 0. IVSHM_ERR_PEER_DEAD if its lease ended or its death is
+ * proven. Reclaims nothing: what the peer owns stays its own. */
+ivshm_status_t ivshm_ep_peer_silence(ivshm_ep_t *ep, uint32_t peer,
+                                     uint64_t *silent_ms);
 
 /* Handles up to cfg.max_per_poll received pieces; returns how many. */
 int ivshm_ep_progress(ivshm_ep_t *ep);
