@@ -14,8 +14,11 @@
 # Through UCX (pml ucx; where the UCT transport is built and Open MPI has
 # pml ucx; not with --single-node), docs/ucx.md:
 #   ucx-ivshmem  2 VMs, the UCT transport ivshmem (UCX_TLS=self,ivshmem,
-#                libuct_ivshmem.so preloaded, UCX_RNDV_THRESH=inf until it
-#                has put/get zcopy). No tcp: UCP would give it a lane of
+#                libuct_ivshmem.so preloaded, UCX_RNDV_THRESH=inf: the
+#                benchmark's buffers are private memory, which no peer can
+#                reach, so UCP's rendezvous would move them by its active-
+#                message pipeline all the same; ucx-heap measures UCX's
+#                rendezvous by get zcopy). No tcp: UCP would give it a lane of
 #                the pair and then poll its sockets (one epoll_wait system
 #                call) on every progress call, ~0.4 us a round trip that
 #                ucx-sm does not pay (docs/ucx.md, Latency);
@@ -28,8 +31,8 @@
 #                self,posix,cma): the native reference of the UCX set-ups
 # They get their own table, every one (and ivshmem, our BTL under ob1)
 # against ucx-sm measured in the same run, medians and means; pinned as
-# the others. Not for put/get (osc ucx moves them by UCX's RMA, which the
-# transport lacks) nor under MPI_THREAD_MULTIPLE (it refuses MT workers).
+# the others. Not under MPI_THREAD_MULTIPLE (the transport refuses
+# multi-threaded workers).
 # UCX_BENCH_ENV="VAR=value ..." adds settings to the UCX set-ups (-x).
 #
 #   compare.sh [--quick] [--benches "latency bw ..."] [--osu DIR] [--out DIR]

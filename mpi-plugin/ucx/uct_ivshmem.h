@@ -38,15 +38,20 @@ typedef struct uct_ivshmem_dev_addr {
  * less the region's UUID, which the device address carries), the largest
  * message it sends (both sides must agree on it: a message is received
  * whole), and its channel endpoint's address less the leading region UUID.
- * UCX 1.13 packs an interface address of at most 63 bytes. */
+ * UCX 1.13 packs an interface address of at most 63 bytes. The wire
+ * version names the layouts of this address and of the remote key, and
+ * what the messages carry: two transports of different versions do not
+ * reach each other (one line says so), never misread each other. */
+#define UCT_IVSHMEM_WIRE_VERSION 1
 #define UCT_IVSHMEM_CHAN_TAIL (IVSHM_EP_ADDR_SIZE - 16)
 typedef struct uct_ivshmem_iface_addr {
     uint64_t vm_id;
     uint32_t slot, gen, pid;
     uint32_t max_bcopy;
     uint8_t chan_tail[UCT_IVSHMEM_CHAN_TAIL];
-} uct_ivshmem_iface_addr_t;
-_Static_assert(sizeof(uct_ivshmem_iface_addr_t) == 56,
+    uint8_t version; /* UCT_IVSHMEM_WIRE_VERSION */
+} UCS_S_PACKED uct_ivshmem_iface_addr_t;
+_Static_assert(sizeof(uct_ivshmem_iface_addr_t) == 57,
                "interface address layout (UCX 1.13 packs at most 63 bytes)");
 
 typedef struct uct_ivshmem_md_config {
@@ -99,6 +104,8 @@ typedef struct uct_ivshmem_iface {
     void *rx_buf;     /* private copy of a received message */
     void *tx_buf;     /* bcopy staging */
     void *get_buf;    /* get_bcopy's checked copy, before unpacking */
+    int event_fd;     /* epoll: the doorbell's file and event_timer; -1 */
+    int event_timer;  /* timerfd: bounds a sleep on event_fd */
     ucs_list_link_t eps;
     unsigned pending_eps; /* endpoints with a pending request */
     uct_ivshmem_counters_t cnt;
@@ -145,7 +152,7 @@ typedef struct uct_ivshmem_rkey_packed {
     uint64_t addr, off, len;
     uint64_t vm_id;
     uint32_t slot, gen, pid;
-    uint32_t check; /* UCT_IVSHMEM_RKEY_MAGIC ^ flags ^ slot ^ gen */
+    uint32_t version; /* UCT_IVSHMEM_WIRE_VERSION */
 } UCS_S_PACKED uct_ivshmem_rkey_packed_t;
 
 /* An unpacked remote key (what uct_rkey_t points at). */
@@ -187,7 +194,10 @@ void uct_ivshmem_peer_unpack(const uct_ivshmem_dev_addr_t *dev,
                              const uct_ivshmem_iface_addr_t *addr,
                              ivshm_identity_t *id,
                              uint8_t chan[IVSHM_EP_ADDR_SIZE]);
-/* The doorbell as event fd (uct_ivshmem_event.c). */
+/* The doorbell as event fd (uct_ivshmem_event.c): open makes it where the
+ * endpoint holds a doorbell vector (-1 elsewhere), close releases it. */
+void uct_ivshmem_iface_event_open(uct_ivshmem_iface_t *iface);
+void uct_ivshmem_iface_event_close(uct_ivshmem_iface_t *iface);
 int uct_ivshmem_iface_has_event_fd(uct_ivshmem_iface_t *iface);
 ucs_status_t uct_ivshmem_iface_event_fd_get(uct_iface_h tl_iface, int *fd_p);
 ucs_status_t uct_ivshmem_iface_event_arm(uct_iface_h tl_iface, unsigned events);

@@ -190,6 +190,7 @@ static ucs_status_t uct_ivshmem_iface_get_address(uct_iface_h tl_iface,
     a.pid = id.pid;
     a.max_bcopy = (uint32_t)iface->max_bcopy;
     memcpy(a.chan_tail, chan + 16, sizeof(a.chan_tail));
+    a.version = UCT_IVSHMEM_WIRE_VERSION;
     memcpy(addr, &a, sizeof(a));
     return UCS_OK;
 }
@@ -228,6 +229,12 @@ static int uct_ivshmem_iface_is_reachable(const uct_iface_h tl_iface,
     memcpy(&peer, iface_addr, sizeof(peer));
     if (memcmp(dev.region_uuid, iface->md->uuid, 16) != 0) {
         ucs_debug("ivshmem: a peer maps another region: not reachable");
+        return 0;
+    }
+    if (peer.version != UCT_IVSHMEM_WIRE_VERSION) {
+        ucs_diag("ivshmem: a peer's transport speaks wire version %u, this "
+                 "one %u (another libuct_ivshmem build): not reached through "
+                 "the region", peer.version, UCT_IVSHMEM_WIRE_VERSION);
         return 0;
     }
     if (peer.max_bcopy != iface->max_bcopy) {
@@ -364,6 +371,7 @@ UCS_CLASS_INIT_FUNC(uct_ivshmem_iface_t, uct_md_h tl_md,
         ivshm_ep_destroy(self->chan);
         return UCS_ERR_NO_MEMORY;
     }
+    uct_ivshmem_iface_event_open(self);
     ucs_debug("ivshmem: interface on %s, channel endpoint %u, short %zu, "
               "bcopy %zu", md->device, ivshm_ep_index(self->chan),
               self->max_short, self->max_bcopy);
@@ -377,6 +385,7 @@ UCS_CLASS_CLEANUP_FUNC(uct_ivshmem_iface_t)
     if (self->stats) {
         uct_ivshmem_iface_print_stats(self);
     }
+    uct_ivshmem_iface_event_close(self);
     ivshm_ep_destroy(self->chan);
     ucs_free(self->rx_buf);
     ucs_free(self->tx_buf);

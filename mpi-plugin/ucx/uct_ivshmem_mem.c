@@ -287,7 +287,7 @@ ucs_status_t uct_ivshmem_mkey_pack(uct_md_h tl_md, uct_mem_h memh,
         p.gen = mh->owner.gen;
         p.pid = mh->owner.pid;
     }
-    p.check = UCT_IVSHMEM_RKEY_MAGIC ^ p.flags ^ p.slot ^ p.gen;
+    p.version = UCT_IVSHMEM_WIRE_VERSION;
     memcpy(rkey_buffer, &p, sizeof(p));
     return UCS_OK;
 }
@@ -304,11 +304,16 @@ ucs_status_t uct_ivshmem_rkey_unpack(uct_component_t *component,
     (void)component;
     memcpy(&p, rkey_buffer, sizeof(p));
     if (p.magic != UCT_IVSHMEM_RKEY_MAGIC ||
-        p.check != (UCT_IVSHMEM_RKEY_MAGIC ^ p.flags ^ p.slot ^ p.gen) ||
         (p.flags & ~UCT_IVSHMEM_RKEY_REMOTE) != 0) {
         ucs_error("ivshmem: a peer's remote key is malformed (magic 0x%x, "
                   "flags 0x%x)", p.magic, p.flags);
         return UCS_ERR_INVALID_PARAM;
+    }
+    if (p.version != UCT_IVSHMEM_WIRE_VERSION) {
+        ucs_error("ivshmem: a peer's remote key is of wire version %u, this "
+                  "transport's %u (another libuct_ivshmem build)", p.version,
+                  UCT_IVSHMEM_WIRE_VERSION);
+        return UCS_ERR_UNREACHABLE;
     }
     if (!(p.flags & UCT_IVSHMEM_RKEY_REMOTE))
         return UCS_ERR_UNREACHABLE; /* private memory of the peer */

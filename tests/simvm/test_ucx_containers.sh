@@ -103,8 +103,8 @@ payload() {
 carried() {
     f0=$work/$1.server f1=$work/$1.client
     s0=$(sent "$f0") p0=$(payload "$f0") s1=$(sent "$f1") p1=$(payload "$f1")
-    if grep -q "^ucp_check server: 27 sizes, 27 passed, 0 failed" "$f0" &&
-       grep -q "^ucp_check client: 27 sizes, 27 passed, 0 failed" "$f1" &&
+    if grep -q "^ucp_check server: 33 sizes, 33 passed, 0 failed" "$f0" &&
+       grep -q "^ucp_check client: 33 sizes, 33 passed, 0 failed" "$f1" &&
        [ -n "$p0" ] && [ "${s0:-0}" -ge "$p0" ] && [ -n "$p1" ] && [ "${s1:-0}" -ge "$p1" ]; then
         ok "$2: every payload intact both ways; the region carried $s0 and $s1 bytes of $p0 and $p1"
     else
@@ -139,7 +139,7 @@ fi
 # ---- 4. one pid namespace: one VM to the region
 ucp_pair --ipc samepid
 s=$(sent "$work/samepid.client")
-if grep -q "^ucp_check client: 27 sizes, 27 passed, 0 failed" "$work/samepid.client" &&
+if grep -q "^ucp_check client: 33 sizes, 33 passed, 0 failed" "$work/samepid.client" &&
    [ "${s:-x}" = 0 ]; then
     ok "one pid namespace, two IPC namespaces: one VM to the region, nothing through it (tcp), payloads intact"
 else

@@ -24,13 +24,16 @@
 
 #include <ucp/api/ucp.h>
 
-/* 96: the transport's short messages (a 128-byte cell); 8 KiB: UCP's
- * eager bcopy fragments; 32 KiB: the transport's largest message; then
- * UCP's multi-fragment eager and rendezvous sizes */
+/* 1048: the transport's short messages (a 1088-byte cell; UCP's eager
+ * short carries 8 bytes of tag before the payload, hence 1040); 96: the
+ * same with IVSHM_CELL_SIZE=128; 8 KiB: UCP's eager bcopy fragments;
+ * 32 KiB: the transport's largest message; then UCP's multi-fragment
+ * eager and rendezvous sizes */
 static const size_t sizes[] = {
-    0,     1,     8,     63,    64,    88,    95,    96,    97,    128,
-    1024,  4095,  4096,  4097,  8191,  8192,  8193,  16384, 32767, 32768,
-    32769, 65535, 65536, 65537, 262147, 1 << 20, (4 << 20) + 3};
+    0,     1,     8,     63,    64,    88,    95,    96,    97,
+    128,   1024,  1039,  1040,  1041,  1047,  1048,  1049,  4095,
+    4096,  4097,  8191,  8192,  8193,  16384, 32767, 32768, 32769,
+    65535, 65536, 65537, 262147, 1 << 20, (4 << 20) + 3};
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
 #define MAX_SIZE ((4 << 20) + 3)
 
