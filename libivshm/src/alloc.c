@@ -201,6 +201,35 @@ ivshm_status_t ivshm_region_owned(ivshm_region_t *r,
     return IVSHM_OK;
 }
 
+uint64_t ivshm_region_offset_of(const ivshm_region_t *r, const void *p,
+                                uint64_t len)
+{
+    uintptr_t base = (uintptr_t)ivshm_region_base(r), a = (uintptr_t)p;
+    uint64_t size = ivshm_region_size(r);
+    if (len == 0)
+        len = 1;
+    if (a < base || len > size || a - base > size - len)
+        return UINT64_MAX;
+    return (uint64_t)(a - base);
+}
+
+ivshm_status_t ivshm_region_locate(ivshm_region_t *r, const void *p,
+                                   uint64_t len, uint64_t *off,
+                                   ivshm_identity_t *owner)
+{
+    uint64_t o = ivshm_region_offset_of(r, p, len);
+    if (len == 0 || o == UINT64_MAX)
+        return ivshm__fail(IVSHM_ERR_INVAL, "%p (+%llu) is not in region %s",
+                           p, (unsigned long long)len, r->uri);
+    ivshm_status_t st = ivshm_self_identity(r, owner);
+    if (st == IVSHM_OK)
+        st = ivshm_region_owned(r, owner, o, len);
+    if (st != IVSHM_OK)
+        return IVSHM_ERR_INVAL;
+    *off = o;
+    return IVSHM_OK;
+}
+
 bool ivshm__release_chunk(struct ivshm_chunk *k, uint64_t tag, uint64_t to)
 {
     /* The owner moves first, and the run is cleared only while the chunk

@@ -357,8 +357,10 @@ void mca_btl_ivshmem_teardown(void)
         c->dom = NULL;
     }
     if (c->r) {
-        ivshm_region_close(c->r);
-        c->r = NULL;
+        /* cleared first: the lookup of ivshm/locate.h reads it once */
+        ivshm_region_t *r = c->r;
+        __atomic_store_n(&c->r, NULL, __ATOMIC_RELEASE);
+        ivshm_region_close(r);
     }
     if (c->peers) {
         for (uint32_t i = 0; i < c->npeers; i++)

@@ -21,14 +21,8 @@
 
 uint64_t mca_btl_ivshmem_region_offset(const void *p, size_t len)
 {
-    if (!IVSHMEM_COMPONENT->r)
-        return UINT64_MAX;
-    uintptr_t base = (uintptr_t)ivshm_region_base(IVSHMEM_COMPONENT->r);
-    uint64_t size = ivshm_region_size(IVSHMEM_COMPONENT->r);
-    uintptr_t a = (uintptr_t)p;
-    if (a < base || len > size || a - base > size - len)
-        return UINT64_MAX;
-    return (uint64_t)(a - base);
+    ivshm_region_t *r = IVSHMEM_COMPONENT->r;
+    return r ? ivshm_region_offset_of(r, p, len) : UINT64_MAX;
 }
 
 /* The lookup of ivshm/locate.h, for the UCT transport in this process (it
@@ -39,11 +33,13 @@ uint64_t mca_btl_ivshmem_region_offset(const void *p, size_t len)
  * every owner check reads it. */
 int ivshm_locate_v1(const void *addr, size_t len, ivshm_location_t *loc)
 {
-    ivshm_region_t *r = IVSHMEM_COMPONENT->r;
+    /* the region read once, as the component's close clears it before it
+     * closes the region (another thread may register meanwhile) */
+    ivshm_region_t *r = __atomic_load_n(&IVSHMEM_COMPONENT->r,
+                                        __ATOMIC_ACQUIRE);
     ivshm_identity_t self;
-    uint64_t off = mca_btl_ivshmem_region_offset(addr, len);
-    if (len == 0 || off == UINT64_MAX || ivshm_self_identity(r, &self) != IVSHM_OK ||
-        ivshm_region_owned(r, &self, off, len) != IVSHM_OK)
+    uint64_t off;
+    if (r == NULL || ivshm_region_locate(r, addr, len, &off, &self) != IVSHM_OK)
         return -1;
     memset(loc, 0, sizeof(*loc));
     memcpy(loc->region_uuid, self.region_uuid, 16);

@@ -235,19 +235,11 @@ ucs_status_t uct_ivshmem_mem_reg(uct_md_h tl_md, void *address, size_t length,
     mh->addr = address;
     mh->len = length;
     if (md->r != NULL && length > 0) {
-        uintptr_t a = (uintptr_t)address;
-        uintptr_t base = (uintptr_t)ivshm_region_base(md->r);
-        uint64_t size = ivshm_region_size(md->r);
-        if (a >= base && length <= size && a - base <= size - length) {
-            if (ivshm_self_identity(md->r, &mh->owner) == IVSHM_OK &&
-                ivshm_region_owned(md->r, &mh->owner, a - base, length) ==
-                    IVSHM_OK) {
-                mh->off = a - base;
-                mh->remote = 1;
-            }
-        } else {
+        if (ivshm_region_offset_of(md->r, address, length) != UINT64_MAX)
+            mh->remote = ivshm_region_locate(md->r, address, length, &mh->off,
+                                             &mh->owner) == IVSHM_OK;
+        else
             mh->remote = uct_ivshmem_mem_locate(md, address, length, mh);
-        }
     }
     *memh_p = mh;
     return UCS_OK;

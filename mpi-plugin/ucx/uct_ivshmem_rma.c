@@ -150,18 +150,12 @@ static ucs_status_t uct_ivshmem_rma_copy(uct_ep_h tl_ep, int put, void *local,
                                  .owner = &k->owner,
                                  .local_off = UINT64_MAX,
                                  .remote_off = off};
-    const char *base = ivshm_region_base(iface->md->r);
-    size_t rsize = ivshm_region_size(iface->md->r);
-    if ((const char *)local >= base && (size_t)((const char *)local - base) < rsize) {
-        o.local_off = (uint64_t)((const char *)local - base);
-        if (ivshm_self_identity(iface->md->r, &o.self) != IVSHM_OK ||
-            ivshm_region_owned(iface->md->r, &o.self, o.local_off, size) !=
-                IVSHM_OK)
-            return uct_ivshmem_rma_refuse(iface, k, UCS_ERR_INVALID_PARAM,
-                                          "the local buffer is region "
-                                          "memory this process does not "
-                                          "hold");
-    }
+    if (ivshm_region_offset_of(iface->md->r, local, 1) != UINT64_MAX &&
+        ivshm_region_locate(iface->md->r, local, size, &o.local_off,
+                            &o.self) != IVSHM_OK)
+        return uct_ivshmem_rma_refuse(iface, k, UCS_ERR_INVALID_PARAM,
+                                      "the local buffer is region memory "
+                                      "this process does not hold");
     if (!ivshmem_copy_held(put, local, remote, off, size, IVSHMEM_RDMA_PIECE,
                            uct_ivshmem_owner_holds, &o))
         return uct_ivshmem_rma_refuse(iface, k, UCS_ERR_CONNECTION_RESET,

@@ -394,6 +394,52 @@ static void test_allocator(void **state)
     ivshm_region_close(r2);
 }
 
+/* ivshm_region_offset_of / ivshm_region_locate: a front end's own region
+ * memory, found by address, with its owner; nothing else */
+static void test_locate(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_format(path, 4 << 20, 0, 0), IVSHM_OK);
+    ivshm_region_t *r, *r2;
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &r), IVSHM_OK);
+    assert_int_equal(ivshm_attach(r), IVSHM_OK);
+    assert_int_equal(ivshm_region_open(tu_uri(path), 0, &r2), IVSHM_OK);
+    assert_int_equal(ivshm_attach(r2), IVSHM_OK);
+    char *base = ivshm_region_base(r);
+    uint64_t size = ivshm_region_size(r), a, b, off;
+    assert_int_equal(ivshm_alloc(r, 65536, &a), IVSHM_OK);
+    assert_int_equal(ivshm_alloc(r2, 65536, &b), IVSHM_OK);
+    /* offsets: inside only, whole range, 0 bytes as 1 */
+    assert_int_equal(ivshm_region_offset_of(r, base + a, 100), a);
+    assert_int_equal(ivshm_region_offset_of(r, base + size - 1, 0), size - 1);
+    assert_true(ivshm_region_offset_of(r, base + size, 0) == UINT64_MAX);
+    assert_true(ivshm_region_offset_of(r, base + size - 8, 9) == UINT64_MAX);
+    assert_true(ivshm_region_offset_of(r, base - 1, 1) == UINT64_MAX);
+    assert_true(ivshm_region_offset_of(r, &off, 8) == UINT64_MAX);
+    /* our block: its offset and our identity */
+    ivshm_identity_t own, self;
+    assert_int_equal(ivshm_region_locate(r, base + a + 8, 4096, &off, &own),
+                     IVSHM_OK);
+    assert_int_equal(off, a + 8);
+    assert_int_equal(ivshm_self_identity(r, &self), IVSHM_OK);
+    assert_memory_equal(&own, &self, sizeof(own));
+    /* another lease's block, past our block's end, private memory, 0 bytes */
+    assert_int_equal(ivshm_region_locate(r, base + b, 8, &off, &own),
+                     IVSHM_ERR_INVAL);
+    assert_int_equal(ivshm_region_locate(r, base + a, 65537, &off, &own),
+                     IVSHM_ERR_INVAL);
+    assert_int_equal(ivshm_region_locate(r, &self, 8, &off, &own),
+                     IVSHM_ERR_INVAL);
+    assert_int_equal(ivshm_region_locate(r, base + a, 0, &off, &own),
+                     IVSHM_ERR_INVAL);
+    /* freed: no longer ours */
+    assert_int_equal(ivshm_free(r, a), IVSHM_OK);
+    assert_int_equal(ivshm_region_locate(r, base + a, 8, &off, &own),
+                     IVSHM_ERR_INVAL);
+    ivshm_region_close(r2);
+    ivshm_region_close(r);
+}
+
 static void test_jobs(void **state)
 {
     (void)state;
@@ -779,6 +825,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_size_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_registry_full, setup, teardown),
         cmocka_unit_test_setup_teardown(test_allocator, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_locate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_jobs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_locality, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_expiry, setup, teardown),

@@ -209,6 +209,18 @@ ivshm_status_t ivshm_free_heap_block(ivshm_region_t *r, uint64_t off);
 ivshm_status_t ivshm_region_owned(ivshm_region_t *r,
                                   const ivshm_identity_t *owner, uint64_t off,
                                   uint64_t len);
+/* The region offset of [p, p + len) in this mapping of r, or UINT64_MAX
+ * where it does not lie wholly inside (len 0 counts as 1 byte). */
+uint64_t ivshm_region_offset_of(const ivshm_region_t *r, const void *p,
+                                uint64_t len);
+/* Where [p, p + len) (len > 0) is memory of this mapping that this
+ * process' live lease owns: IVSHM_OK with its offset and the owner (this
+ * process' identity), which a peer's checks then hold to; IVSHM_ERR_INVAL
+ * otherwise. For a front end that hands its own region memory to peers
+ * (registrations, remote keys). */
+ivshm_status_t ivshm_region_locate(ivshm_region_t *r, const void *p,
+                                   uint64_t len, uint64_t *off,
+                                   ivshm_identity_t *owner);
 
 /* ---- job areas ---- */
 
