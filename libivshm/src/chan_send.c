@@ -222,6 +222,33 @@ ivshm_status_t ivshm_ep_try_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
     return send_piece(ep, p, peer, tag, buf, (uint32_t)len, 0, len);
 }
 
+ivshm_status_t ivshm_ep_try_send2(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
+                                  const void *head, size_t head_len,
+                                  const void *body, size_t body_len)
+{
+    struct peer *p;
+    ivshm_status_t st = tx_begin(ep, peer, &p);
+    if (st != IVSHM_OK)
+        return st;
+    size_t len = head_len + body_len;
+    if (len > p->g.cell_size - CELL_SHORT_HDR)
+        return IVSHM_ERR_NOTSUP; /* not inline in this peer's cells */
+    uint16_t form = piece_form(p->g.cell_size, (uint32_t)len, 0, len);
+    uint64_t pos;
+    struct cell *c = claim_cell(ep, p, &pos);
+    if (!c) {
+        BUMP(ep, stalls, 1);
+        return IVSHM_ERR_AGAIN;
+    }
+    char *data = (char *)c + form_hdr(form);
+    memcpy(data, head, head_len);
+    if (body_len)
+        memcpy(data + head_len, body, body_len);
+    ivshm__publish(ep, p, peer, c, pos, form, tag, (uint32_t)len, 0, len, 0,
+                   0);
+    return IVSHM_OK;
+}
+
 /* Waits for room: serves our own queues (the peer may be sending to us)
  * and every 1024 rounds checks that the peer and our lease still hold. */
 static ivshm_status_t wait_room(ivshm_ep_t *ep, uint32_t peer,
