@@ -227,6 +227,28 @@ int mca_btl_ivshmem_sendi(struct mca_btl_base_module_t *btl,
      * pending list (docs/channels.md, Decisions). */
     if (total > btl->btl_eager_limit || !opal_list_is_empty(&endpoint->pending))
         return OPAL_ERR_OUT_OF_RESOURCE;
+    if (total <= IVSHMEM_COMPONENT->inline_max &&
+        (payload_size == 0 || !opal_convertor_need_buffers(convertor))) {
+        /* contiguous data inline in a cell: one channel call copies the
+         * header and the convertor's current bytes (ob1 is done with the
+         * convertor once sendi succeeds); NOTSUP: not inline in this
+         * peer's cells (another geometry), reserved below. Larger ones go
+         * straight to the reservation, not through the peer's checks
+         * twice */
+        void *data = NULL;
+        if (payload_size)
+            opal_convertor_get_current_pointer(convertor, &data);
+        ivshm_status_t st =
+            ivshm_ep_try_send2(IVSHMEM_COMPONENT->ep, endpoint->peer, tag,
+                               header, header_size, data, payload_size);
+        if (st != IVSHM_ERR_NOTSUP) {
+            if (st != IVSHM_OK)
+                return status_to_opal(st);
+            endpoint->sends++;
+            endpoint->bytes_out += total;
+            return OPAL_SUCCESS;
+        }
+    }
     /* room first, so that a failure leaves the convertor untouched */
     void *buf;
     ivshm_rsv_t rsv;

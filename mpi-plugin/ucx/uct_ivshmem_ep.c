@@ -125,17 +125,26 @@ ucs_status_t uct_ivshmem_ep_am_short(uct_ep_h tl_ep, uint8_t id,
         return ep->failed;
     if (uct_ivshmem_ep_must_wait(ep))
         return UCS_ERR_NO_RESOURCE;
-    ivshm_status_t st = ivshm_ep_reserve(iface->chan, ep->peer, total, &buf,
-                                         &rsv);
+    /* header and payload straight into one cell; reserved below where
+     * they are not inline in this peer's cells (NOTSUP: another geometry)
+     * or data tracing wants the message in one buffer */
+    ivshm_status_t st = IVSHM_ERR_NOTSUP;
+    buf = NULL;
+    if (!ucs_log_is_enabled(UCS_LOG_LEVEL_TRACE_DATA))
+        st = ivshm_ep_try_send2(iface->chan, ep->peer, id, &header,
+                                sizeof(header), payload, length);
+    if (st == IVSHM_ERR_NOTSUP) {
+        st = ivshm_ep_reserve(iface->chan, ep->peer, total, &buf, &rsv);
+        if (st != IVSHM_OK)
+            return uct_ivshmem_send_status(iface, st);
+        memcpy(buf, &header, sizeof(header));
+        memcpy((char *)buf + sizeof(header), payload, length);
+        st = ivshm_ep_commit(iface->chan, &rsv, id, total);
+        if (st != IVSHM_OK)
+            ivshm_ep_cancel(iface->chan, &rsv);
+    }
     if (st != IVSHM_OK)
         return uct_ivshmem_send_status(iface, st);
-    memcpy(buf, &header, sizeof(header));
-    memcpy((char *)buf + sizeof(header), payload, length);
-    st = ivshm_ep_commit(iface->chan, &rsv, id, total);
-    if (st != IVSHM_OK) {
-        ivshm_ep_cancel(iface->chan, &rsv);
-        return uct_ivshmem_send_status(iface, st);
-    }
     iface->cnt.tx_msgs++;
     iface->cnt.tx_bytes += total;
     uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, buf, total,

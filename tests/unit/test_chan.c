@@ -387,7 +387,8 @@ static void test_reserve_frag(void **state)
  * a 64-byte line or only a short one fits, otherwise inline after the
  * full 56-byte header (as every piece of a longer message does), anything
  * larger than C - 32 in a fragment. Every length around the bounds
- * arrives whole, with the form the receiver's (not the sender's) cell
+ * (sent whole, reserved, or in two parts by ivshm_ep_try_send2) arrives
+ * whole, with the form the receiver's (not the sender's) cell
  * size implies; a forged short length is dropped; a peer of an older
  * channel layout is refused by name. */
 struct forms {
@@ -446,10 +447,20 @@ static void test_cell_forms(void **state)
         };
         uint64_t pos = 0;
         for (unsigned li = 0; li < sizeof(want) / sizeof(want[0]); li++)
-            for (int way = 0; way < 2; way++) {
+            for (int way = 0; way < 3; way++) {
                 uint32_t L = want[li].len;
                 uint32_t n0 = got.n;
-                if (way == 0) {
+                if (way == 2) {
+                    /* two parts gathered into one cell: the same form and
+                     * bytes, or NOTSUP where only a fragment holds it */
+                    ivshm_status_t st = ivshm_ep_try_send2(
+                        b, peer, 3, src, L / 3, src + L / 3, L - L / 3);
+                    if (want[li].form == CELL_FRAG) {
+                        assert_int_equal(st, IVSHM_ERR_NOTSUP);
+                        continue;
+                    }
+                    assert_int_equal(st, IVSHM_OK);
+                } else if (way == 0) {
                     assert_int_equal(ivshm_ep_try_send(b, peer, 3, src, L),
                                      IVSHM_OK);
                 } else {

@@ -117,6 +117,15 @@ ivshm_status_t ivshm_ep_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
  * IVSHM_ERR_AGAIN when there is no room right now. */
 ivshm_status_t ivshm_ep_try_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
                                  const void *buf, size_t len);
+/* One attempt at a message of two parts (a protocol header and its data),
+ * copied straight into one cell of the peer: reserve, two copies and
+ * commit in one call, for the small messages a message rate is made of.
+ * IVSHM_ERR_NOTSUP if head_len + body_len does not fit inline in a cell
+ * of this peer (send it with ivshm_ep_reserve), IVSHM_ERR_AGAIN when there
+ * is no room right now. */
+ivshm_status_t ivshm_ep_try_send2(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
+                                  const void *head, size_t head_len,
+                                  const void *body, size_t body_len);
 /* Largest message try_send/reserve take. */
 size_t ivshm_ep_max_single(const ivshm_ep_t *ep);
 
