@@ -18,6 +18,25 @@
 
 #include <string.h>
 
+/* A queue that looks full: a claim is made only below tail + cells and
+ * tail never passes head, so head - tail (read in this order) is at most
+ * the FIFO's length. More is a head or tail that some writer scribbled:
+ * waiting for room would wait for ever, so the peer is marked damaged and
+ * its sends fail from now on (tx_peer), with one message. */
+static void fifo_check_lap(struct peer *p)
+{
+    uint64_t t = atomic_load_explicit(&p->ctl->tail, memory_order_acquire);
+    uint64_t h = atomic_load_explicit(&p->ctl->head, memory_order_acquire);
+    if (h - t <= p->g.fifo_cells || p->damaged)
+        return;
+    p->damaged = true;
+    ivshm__fail(IVSHM_ERR_CORRUPT,
+                "a peer's receive queue is damaged (head %llu, tail %llu, "
+                "%u cells: more than a lap apart): its sends fail",
+                (unsigned long long)h, (unsigned long long)t,
+                p->g.fifo_cells);
+}
+
 /* Claims a FIFO position of peer p's queue (C0). NULL when it is full. */
 struct cell *ivshm__fifo_claim(ivshm_ep_t *ep, struct peer *p, uint64_t *pos)
 {
@@ -27,8 +46,10 @@ struct cell *ivshm__fifo_claim(ivshm_ep_t *ep, struct peer *p, uint64_t *pos)
         if (ring_full(h, p->cached_tail, n)) {
             p->cached_tail = atomic_load_explicit(&p->ctl->tail,
                                                   memory_order_acquire); /* T0 */
-            if (ring_full(h, p->cached_tail, n))
+            if (ring_full(h, p->cached_tail, n)) {
+                fifo_check_lap(p);
                 return NULL;
+            }
         }
         /* C0: claim; a stopped claimer blocks nobody (file comment) */
         if (atomic_compare_exchange_weak_explicit(&p->ctl->head, &h, h + 1,

@@ -39,6 +39,9 @@ struct ivshm_domain {
  * both directions' state. */
 struct peer {
     bool valid, dead;
+    /* its queue's head and tail were found more than a lap apart, which
+     * no claim makes: damaged, its sends fail with IVSHM_ERR_CORRUPT */
+    bool damaged;
     uint64_t entry_word;
     uint32_t epoch;
     uint32_t owner_slot, owner_gen;

@@ -128,6 +128,10 @@ static ivshm_status_t tx_peer(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
     struct peer *p = idx < ep->d->max_eps ? ep->peers[idx] : NULL;
     if (!p || !p->valid)
         return ivshm__fail(IVSHM_ERR_INVAL, "peer %u is not connected", idx);
+    if (p->damaged)
+        return ivshm__fail(IVSHM_ERR_CORRUPT,
+                           "peer %u's receive queue is damaged (head and tail "
+                           "more than a lap apart)", idx);
     /* the receiver's memory is only ours to write while this life of it
      * lasts (its block may be freed and reused once it ends) */
     struct dir_entry *e = &ep->d->dir[idx];

@@ -173,6 +173,41 @@ static uint32_t make_pair(const ivshm_ep_config_t *rcfg, ivshm_msg_handler_t h,
     return peer;
 }
 
+/* A queue full to the brim waits (AGAIN); one whose head a scribble put
+ * more than a lap past its tail can never drain: the sender says so once
+ * and its sends to that peer fail (CORRUPT), instead of waiting for ever. */
+static void test_damaged_queue(void **state)
+{
+    (void)state;
+    int got = 0;
+    ivshm_ep_config_t cfg;
+    ivshm_ep_config_init(&cfg);
+    cfg.fbox_cells = 0; /* the FIFO only */
+    ivshm_ep_t *rx, *tx;
+    uint32_t peer = make_pair(&cfg, nop_handler, &got, &cfg, &rx, &tx);
+    uint32_t n = cfg.fifo_cells, sent = 0;
+    while (ivshm_ep_try_send(tx, peer, 1, "x", 1) == IVSHM_OK)
+        sent++;
+    assert_int_equal(sent, n);
+    assert_int_equal(ivshm_ep_try_send(tx, peer, 1, "x", 1), IVSHM_ERR_AGAIN);
+    while (ivshm_ep_progress(rx) > 0)
+        ;
+    assert_int_equal(got, (int)n);
+    assert_int_equal(ivshm_ep_try_send(tx, peer, 1, "x", 1), IVSHM_OK);
+    uint8_t addr[IVSHM_EP_ADDR_SIZE];
+    uint64_t ctl_off;
+    ivshm_ep_address(rx, addr);
+    memcpy(&ctl_off, addr + 40, 8);
+    struct ep_ctl *ctl =
+        (struct ep_ctl *)((char *)ivshm_region_base(reg) + ctl_off);
+    atomic_store(&ctl->head, atomic_load(&ctl->tail) + n + 7);
+    assert_int_equal(ivshm_ep_try_send(tx, peer, 1, "x", 1), IVSHM_ERR_AGAIN);
+    assert_non_null(strstr(ivshm_last_error(), "damaged"));
+    assert_int_equal(ivshm_ep_try_send(tx, peer, 1, "x", 1), IVSHM_ERR_CORRUPT);
+    ivshm_ep_destroy(tx);
+    ivshm_ep_destroy(rx);
+}
+
 /* Zero-copy reserve/commit and single-copy region sends. */
 struct collect {
     char buf[70000];
@@ -668,6 +703,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_arithmetic),
         cmocka_unit_test_setup_teardown(test_domain_valid, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_damaged_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_payload_before_publish, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_and_region, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_frag, setup, teardown),
