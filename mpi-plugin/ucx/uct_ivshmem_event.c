@@ -8,7 +8,6 @@
  * taken) the interface has no event fd and says so in iface_query: UCP
  * then polls it.
  */
-#include "uct_ivshmem_build.h"
 #include "uct_ivshmem.h"
 
 int uct_ivshmem_iface_has_event_fd(uct_ivshmem_iface_t *iface)

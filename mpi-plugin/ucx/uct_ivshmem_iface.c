@@ -5,7 +5,6 @@
  * publishes and the reachability rule, which asks the region whether the
  * peer holds a live lease in it.
  */
-#include "uct_ivshmem_build.h"
 #include "uct_ivshmem.h"
 
 #include <stdio.h>
@@ -30,6 +29,9 @@ ucs_config_field_t uct_ivshmem_iface_config_table[] = {
 };
 
 static uct_iface_ops_t uct_ivshmem_iface_ops;
+/* UCX's base internal ops, and under 1.18 reachability (compat header) */
+static uct_iface_internal_ops_t uct_ivshmem_iface_internal_ops =
+    UCT_IVSHMEM_IFACE_INTERNAL_OPS_INIT;
 
 /* A received piece is untrusted: another VM may rewrite it while UCX
  * parses it, so it is copied out first, and only a whole message (the
@@ -200,9 +202,9 @@ void uct_ivshmem_peer_unpack(const uct_ivshmem_dev_addr_t *dev,
  * generation, in another VM (or this one, with SAME_VM): the region's
  * word, as for the BTL; host names and boot ids play no part. Both sides
  * must send messages of the same largest size (IVSHM_FRAG_SIZE alike). */
-static int uct_ivshmem_iface_is_reachable(const uct_iface_h tl_iface,
-                                          const uct_device_addr_t *dev_addr,
-                                          const uct_iface_addr_t *iface_addr)
+int uct_ivshmem_iface_reaches(uct_iface_h tl_iface,
+                              const uct_device_addr_t *dev_addr,
+                              const uct_iface_addr_t *iface_addr)
 {
     uct_ivshmem_iface_t *iface = ucs_derived_of(tl_iface, uct_ivshmem_iface_t);
     uct_ivshmem_dev_addr_t dev;
@@ -288,7 +290,7 @@ UCS_CLASS_INIT_FUNC(uct_ivshmem_iface_t, uct_md_h tl_md,
         return UCS_ERR_NO_DEVICE;
 
     UCS_CLASS_CALL_SUPER_INIT(uct_base_iface_t, &uct_ivshmem_iface_ops,
-                              &uct_base_iface_internal_ops, tl_md, worker,
+                              &uct_ivshmem_iface_internal_ops, tl_md, worker,
                               params, tl_config UCS_STATS_ARG(NULL)
                               UCS_STATS_ARG(UCT_IVSHMEM_NAME));
 
@@ -391,5 +393,5 @@ static uct_iface_ops_t uct_ivshmem_iface_ops = {
     .iface_query = uct_ivshmem_iface_query,
     .iface_get_device_address = uct_ivshmem_iface_get_device_address,
     .iface_get_address = uct_ivshmem_iface_get_address,
-    .iface_is_reachable = uct_ivshmem_iface_is_reachable,
+    .iface_is_reachable = UCT_IVSHMEM_IFACE_IS_REACHABLE,
 };
