@@ -18,7 +18,9 @@
  *  - ucs_align_up moved to ucs/sys/ptr_arith.h;
  *  - reachability moved to the internal ops (iface_is_reachable_v2 with a
  *    params struct; the public op is UCX's base adapter to it), which also
- *    gained ep_is_connected and ep_connect_to_ep_v2.
+ *    gained ep_is_connected and ep_connect_to_ep_v2;
+ *  - an interface reaching other nodes says UCT_IFACE_FLAG_INTER_NODE;
+ *  - UCP's rendezvous needs the domain in its registration cache.
  * Other versions are refused at compile time: only these two were built
  * and run (docs/support.md).
  *
@@ -125,8 +127,11 @@ static inline ucs_status_t uct_ivshmem_md_query_compat(uct_md_h tl_md,
     attr->access_mem_types = c.access_mem_types;
     attr->max_alloc = c.max_alloc;
     attr->max_reg = c.max_reg;
-    /* cache_mem_types stays 0: UCP keeps no cache of these registrations
-     * (each is a few comparisons) */
+    /* UCP 1.18's protocols take a registering domain to be in its
+     * registration cache (datatype_iter.inl asserts it in a rendezvous
+     * send: "cache_md_map ... md_map"), as 1.13's cache kept them anyway
+     * (docs/ucx.md, "A registered block that is freed") */
+    attr->cache_mem_types = c.reg_mem_types;
 #else
     attr->cap.flags = c.flags;
     attr->cap.reg_mem_types = c.reg_mem_types;
@@ -239,6 +244,10 @@ uct_ivshmem_ep_is_connected(const uct_ep_h tl_ep,
         .ep_is_connected = uct_ivshmem_ep_is_connected,                        \
     }
 #define UCT_IVSHMEM_IFACE_IS_REACHABLE uct_base_iface_is_reachable
+/* The peers are other nodes (VMs): 1.18's address for peers on other
+ * nodes (UCP_WORKER_ADDRESS_FLAG_NET_ONLY, Open MPI's pml ucx) keeps only
+ * interfaces with this flag, where 1.13 went by the device type (NET) */
+#define UCT_IVSHMEM_IFACE_CAP_FLAGS UCT_IFACE_FLAG_INTER_NODE
 #else
 static inline int uct_ivshmem_iface_is_reachable(const uct_iface_h tl_iface,
                                                  const uct_device_addr_t *dev_addr,
@@ -248,6 +257,7 @@ static inline int uct_ivshmem_iface_is_reachable(const uct_iface_h tl_iface,
 }
 #define UCT_IVSHMEM_IFACE_INTERNAL_OPS_INIT {UCT_IVSHMEM_IFACE_INTERNAL_OPS_BASE}
 #define UCT_IVSHMEM_IFACE_IS_REACHABLE uct_ivshmem_iface_is_reachable
+#define UCT_IVSHMEM_IFACE_CAP_FLAGS 0
 #endif
 
 #endif

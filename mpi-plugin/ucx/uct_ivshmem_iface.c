@@ -123,7 +123,8 @@ static ucs_status_t uct_ivshmem_iface_query(uct_iface_h tl_iface,
     attr->cap.flags = UCT_IFACE_FLAG_AM_SHORT | UCT_IFACE_FLAG_AM_BCOPY |
                       UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC |
                       UCT_IFACE_FLAG_CONNECT_TO_IFACE |
-                      UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE;
+                      UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
+                      UCT_IVSHMEM_IFACE_CAP_FLAGS;
     if (uct_ivshmem_iface_has_event_fd(iface))
         attr->cap.event_flags = UCT_IFACE_FLAG_EVENT_SEND_COMP |
                                 UCT_IFACE_FLAG_EVENT_RECV |
