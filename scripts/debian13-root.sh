@@ -28,9 +28,10 @@
 # the build log is $IVSHM_TRIXIE_ROOT.log),
 # IVSHM_DEBIAN_MIRROR (default http://deb.debian.org/debian),
 # IVSHM_UCX_SRC: an unpacked UCX source tree of the installed version
-# (e.g. UCX's release tag), copied in where the archive does not serve
-# UCX's source package (a mirror of binaries only); without either the
-# root has no UCX sources and configure leaves the transport out.
+# (UCX's release tag; default /var/cache/libivshm/ucx-upstream/ucx-X),
+# copied in where the archive does not serve UCX's source package (a
+# mirror of binaries only); without either the root has no UCX sources,
+# configure leaves the transport out and scripts/test-debian13.sh fails.
 # Exit: CMD's status; 77 where Debian's archive cannot be reached (the
 # reason is printed; scripts/test.sh counts 77 as a failure on CI).
 set -eu
@@ -128,6 +129,7 @@ ucx_src() {
     up=$(chroot "$root" pkg-config --modversion ucx)
     dir=/var/cache/libivshm/ucx-src/$ver
     [ ! -f "$root$dir/.unpacked" ] || return 0
+    given=${IVSHM_UCX_SRC:-/var/cache/libivshm/ucx-upstream/ucx-$up}
     rm -rf "$root$dir"
     mkdir -p "$root$dir"
     # shellcheck disable=SC2016
@@ -138,9 +140,9 @@ ucx_src() {
         dpkg-source -q -x ucx_*.dsc ucx-'"$up"'
         rm -f ucx_*' >"$root.ucx-src.log" 2>&1; then
         :
-    elif [ -f "${IVSHM_UCX_SRC:-}/configure.ac" ]; then
-        echo "debian13-root: the archive does not serve UCX's source package ($root.ucx-src.log): UCX $up's sources from $IVSHM_UCX_SRC"
-        cp -a "$IVSHM_UCX_SRC" "$root$dir/ucx-$up"
+    elif [ -f "$given/configure.ac" ]; then
+        echo "debian13-root: the archive does not serve UCX's source package ($root.ucx-src.log): UCX $up's sources from $given"
+        cp -a "$given" "$root$dir/ucx-$up"
     else
         tail -3 "$root.ucx-src.log"
         echo "debian13-root: no sources of UCX $up (the archive does not serve them, see $root.ucx-src.log; IVSHM_UCX_SRC=DIR gives a tree): the UCX transport is left out"

@@ -179,6 +179,11 @@ ucs_status_t uct_ivshmem_ep_flush(uct_ep_h tl_ep, unsigned flags,
                                   uct_completion_t *comp);
 ucs_status_t uct_ivshmem_ep_check(uct_ep_h tl_ep, unsigned flags,
                                   uct_completion_t *comp);
+/* One line on stderr in one write: glibc 2.37 and later write an
+ * unbuffered stream in 128-byte pieces, and a launcher that forwards
+ * several ranks' stderr interleaved the pieces of two ranks' counter
+ * lines (PRRTE under Debian 13). */
+void uct_ivshmem_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The peer's identity and channel address from its device and interface
  * addresses. */
 void uct_ivshmem_peer_unpack(const uct_ivshmem_dev_addr_t *dev,

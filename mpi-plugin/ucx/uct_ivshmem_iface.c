@@ -255,7 +255,7 @@ static void uct_ivshmem_iface_print_stats(uct_ivshmem_iface_t *iface)
     const uct_ivshmem_counters_t *c = &iface->cnt;
     char host[64] = "";
     gethostname(host, sizeof(host) - 1);
-    fprintf(stderr,
+    uct_ivshmem_say(
             "uct ivshmem: %s pid %d device %s: sent %llu messages (%llu "
             "bytes), received %llu (%llu bytes), dropped %llu, no room %llu, "
             "pending done %llu\n",

@@ -12,8 +12,10 @@
 #include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <ucs/sys/string.h>
 #include <uct/api/version.h>
@@ -181,6 +183,24 @@ uct_component_t uct_ivshmem_component = {
     UCT_IVSHMEM_COMPONENT_COMPAT
 };
 
+void uct_ivshmem_say(const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    size_t len = (size_t)n;
+    if (len >= sizeof(line)) { /* cut: still one line */
+        len = sizeof(line) - 1;
+        line[len - 1] = '\n';
+    }
+    ssize_t w = write(STDERR_FILENO, line, len);
+    (void)w; /* nowhere to say that stderr failed */
+}
+
 /* ---- registration ---- */
 
 typedef void (*ucp_version_fn)(unsigned *, unsigned *, unsigned *);
@@ -234,7 +254,7 @@ UCS_F_CTOR static void uct_ivshmem_init(void)
             snprintf(runs, sizeof(runs), "UCX %u.%u.%u", v[0], v[1], v[2]);
         else
             snprintf(runs, sizeof(runs), "a UCX of unknown version");
-        fprintf(stderr,
+        uct_ivshmem_say(
                 "libuct_ivshmem: built for UCX %s, but this process runs "
                 "%s (%s): the ivshmem transport stays off. Rebuild libivshm "
                 "against this UCX's sources (docs/ucx.md).\n",

@@ -384,7 +384,7 @@ void uct_ivshmem_rma_print_stats(const uct_ivshmem_iface_t *iface)
     const uct_ivshmem_counters_t *c = &iface->cnt;
     char host[64] = "";
     gethostname(host, sizeof(host) - 1);
-    fprintf(stderr,
+    uct_ivshmem_say(
             "uct ivshmem rma: %s pid %d device %s: put %llu bytes (short "
             "%llu, bcopy %llu, zcopy %llu), get %llu bytes (short %llu, "
             "bcopy %llu, zcopy %llu), atomics %llu, refused %llu\n",
