@@ -125,6 +125,7 @@ build_root() {
 # has its source's version), in a folder named by the upstream version
 # pkg-config gives (Debian's is X+ds)
 ucx_src() {
+    # shellcheck disable=SC2016
     ver=$(chroot "$root" dpkg-query -W -f='${Version}' libucx0)
     up=$(chroot "$root" pkg-config --modversion ucx)
     dir=/var/cache/libivshm/ucx-src/$ver

@@ -52,7 +52,7 @@ case $mpich_ver in
         wrap="$top_srcdir/tests/simvm/mpich_finalize.c" rndv_lanes="-genv UCX_MAX_RNDV_LANES 0"
         how="with the finalize wrapper and UCX_MAX_RNDV_LANES=0" ;;
     *)
-        wrap= rndv_lanes=
+        wrap='' rndv_lanes=''
         how="plain MPI_Finalize, UCX's rendezvous lanes" ;;
 esac
 echo "MPICH ${mpich_ver:-of unknown version}: $how"
