@@ -9,7 +9,11 @@
 #                mpool places in the region: large messages move with one
 #                copy (ivshm-osu only: the OSU suite has no such option)
 #   vader        2 ranks in one VM (native shared memory, single copy)
-#   vader-nocma  the same with btl_vader_single_copy_mechanism none
+#   vader-nocma  the same without single copy: Open MPI 4.1's
+#                btl_vader_single_copy_mechanism none; 5.x moved single
+#                copy into the smsc framework (cma, knem, xpmem) and its sm
+#                BTL (still answering to vader) has no such parameter:
+#                --mca smsc ^cma there (Debian 13's 5.0.7 has only cma)
 #   tcp          2 VMs, btl self,tcp (the network path)
 # Through UCX (pml ucx; where the UCT transport is built and Open MPI has
 # pml ucx; not with --single-node), docs/ucx.md:
@@ -148,7 +152,12 @@ run() { # setup bench -> $work/setup.bench (lines "size value")
         if [ $single = 1 ]; then set -- --mca btl self,ivshmem; else set -- --mca btl self,vader,ivshmem,tcp; fi
         [ "$setup" = ivshmem-heap ] && set -- "$@" -x LD_PRELOAD="$top_builddir/libivshm/.libs/libivshm-heap.so" ;;
     vader) hosts=10.200.0.1:$np; set -- --mca btl self,vader ;;
-    vader-nocma) hosts=10.200.0.1:$np; set -- --mca btl self,vader --mca btl_vader_single_copy_mechanism none ;;
+    vader-nocma) hosts=10.200.0.1:$np
+        if [ "${SIMVM_OMPI_MAJOR:-4}" -ge 5 ]; then
+            set -- --mca btl self,vader --mca smsc ^cma
+        else
+            set -- --mca btl self,vader --mca btl_vader_single_copy_mechanism none
+        fi ;;
     tcp) hosts=10.200.0.1:$per,10.200.0.2:$per; set -- --mca btl self,tcp ;;
     ucx-ivshmem|ucx-heap) hosts=10.200.0.1:$per,10.200.0.2:$per
         if [ "$setup" = ucx-heap ]; then

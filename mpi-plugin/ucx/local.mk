@@ -2,8 +2,9 @@
 # co-resident VMs through the region, for every UCX user (Open MPI's pml
 # ucx, MPICH ch4:ucx, OpenSHMEM). Built against the installed UCX's public
 # headers and the internal ones of its own source tree ($(UCX_SRC), which
-# configure checks is the installed version; uct_ivshmem_build.h says how
-# that UCX was configured), with libivshm linked in statically and hidden.
+# configure checks is the installed version; uct_ivshmem_compat.h says how
+# that UCX was configured and holds what differs between UCX 1.13 and
+# 1.18), with libivshm linked in statically and hidden.
 # UCX 1.13 opens no module it was not built with: the library registers
 # itself when loaded (LD_PRELOAD=libuct_ivshmem.so, docs/ucx.md).
 # Layout as in UCX's src/uct/sm/: md (component, region, registration),
@@ -12,7 +13,7 @@
 # mem (allocation in the region, registration, remote keys), rma (put, get,
 # atomics on a peer's region memory).
 UCT_IVSHMEM_SRCS = mpi-plugin/ucx/uct_ivshmem.h \
-	mpi-plugin/ucx/uct_ivshmem_build.h \
+	mpi-plugin/ucx/uct_ivshmem_compat.h \
 	mpi-plugin/ucx/uct_ivshmem_md.c \
 	mpi-plugin/ucx/uct_ivshmem_iface.c \
 	mpi-plugin/ucx/uct_ivshmem_ep.c \

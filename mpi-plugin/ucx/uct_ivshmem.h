@@ -17,8 +17,9 @@
 #ifndef UCT_IVSHMEM_H
 #define UCT_IVSHMEM_H
 
-#include <uct/base/uct_iface.h>
-#include <uct/base/uct_md.h>
+/* first: the build configuration UCX's internal headers read */
+#include "uct_ivshmem_compat.h"
+
 #include <ucs/arch/cpu.h>
 #include <ucs/datastruct/list.h>
 #include <ucs/datastruct/queue.h>
@@ -120,6 +121,7 @@ typedef struct uct_ivshmem_ep {
     ucs_status_t failed;      /* UCS_OK, or why the peer is lost for good
                                * (its sends fail with it from then on) */
     int fail_reported;        /* UCX's error handler was told */
+    ivshm_identity_t peer_id; /* the peer's region and lease */
 } uct_ivshmem_ep_t;
 
 /* A memory handle (uct_ivshmem_mem.c). Peers reach only memory of the
@@ -188,6 +190,11 @@ ucs_status_t uct_ivshmem_ep_flush(uct_ep_h tl_ep, unsigned flags,
                                   uct_completion_t *comp);
 ucs_status_t uct_ivshmem_ep_check(uct_ep_h tl_ep, unsigned flags,
                                   uct_completion_t *comp);
+/* One line on stderr in one write: glibc 2.37 and later write an
+ * unbuffered stream in 128-byte pieces, and a launcher that forwards
+ * several ranks' stderr interleaved the pieces of two ranks' counter
+ * lines (PRRTE under Debian 13). */
+void uct_ivshmem_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The peer's identity and channel address from its device and interface
  * addresses. */
 void uct_ivshmem_peer_unpack(const uct_ivshmem_dev_addr_t *dev,
@@ -220,20 +227,16 @@ ucs_status_t uct_ivshmem_mem_alloc(uct_md_h tl_md, size_t *length_p,
                                    unsigned flags, const char *alloc_name,
                                    uct_mem_h *memh_p);
 ucs_status_t uct_ivshmem_mem_free(uct_md_h tl_md, uct_mem_h memh);
-ucs_status_t uct_ivshmem_mem_reg(uct_md_h tl_md, void *address, size_t length,
-                                 unsigned flags, uct_mem_h *memh_p);
 ucs_status_t uct_ivshmem_mem_dereg(uct_md_h tl_md,
                                    const uct_md_mem_dereg_params_t *params);
-ucs_status_t uct_ivshmem_mkey_pack(uct_md_h tl_md, uct_mem_h memh,
-                                   const uct_md_mkey_pack_params_t *params,
-                                   void *rkey_buffer);
 ucs_status_t uct_ivshmem_rkey_unpack(uct_component_t *component,
                                      const void *rkey_buffer,
                                      uct_rkey_t *rkey_p, void **handle_p);
 ucs_status_t uct_ivshmem_rkey_release(uct_component_t *component,
                                       uct_rkey_t rkey, void *handle);
-/* What the memory domain offers (md_query's memory part). */
-void uct_ivshmem_mem_query(const uct_ivshmem_md_t *md, uct_md_attr_t *attr);
+/* What the memory domain offers where it has a region. */
+void uct_ivshmem_mem_caps(const uct_ivshmem_md_t *md,
+                          uct_ivshmem_md_caps_t *caps);
 /* The memory domain is open / closes: remote keys of its region unpack. */
 void uct_ivshmem_md_track(uct_ivshmem_md_t *md, int open);
 

@@ -4,7 +4,6 @@
  * handed to the channel in one piece) and the pending queue that keeps a
  * sender's order while the peer's queue is full.
  */
-#include "uct_ivshmem_build.h"
 #include "uct_ivshmem.h"
 
 #include <string.h>
@@ -34,6 +33,7 @@ UCS_CLASS_INIT_FUNC(uct_ivshmem_ep_t, const uct_ep_params_t *params)
     self->dispatching = 0;
     self->failed = UCS_OK;
     self->fail_reported = 0;
+    self->peer_id = id;
     ucs_list_add_tail(&iface->eps, &self->link);
     ucs_debug("ivshmem: ep %p to pid %u (channel peer %u)", self, id.pid,
               self->peer);
@@ -49,6 +49,25 @@ UCS_CLASS_CLEANUP_FUNC(uct_ivshmem_ep_t)
         iface->pending_eps--;
     }
     ucs_list_del(&self->link);
+}
+
+/* The endpoint goes to the process of those addresses: the same lease
+ * (region, VM, slot, generation, pid). */
+int uct_ivshmem_ep_connected_to(uct_ep_h tl_ep,
+                                const uct_device_addr_t *dev_addr,
+                                const uct_iface_addr_t *iface_addr)
+{
+    const uct_ivshmem_ep_t *ep = ucs_derived_of(tl_ep, uct_ivshmem_ep_t);
+    uct_ivshmem_dev_addr_t dev;
+    uct_ivshmem_iface_addr_t addr;
+    ivshm_identity_t id;
+    uint8_t chan[IVSHM_EP_ADDR_SIZE];
+    memcpy(&dev, dev_addr, sizeof(dev));
+    memcpy(&addr, iface_addr, sizeof(addr));
+    uct_ivshmem_peer_unpack(&dev, &addr, &id, chan);
+    return memcmp(id.region_uuid, ep->peer_id.region_uuid, 16) == 0 &&
+           id.vm_id == ep->peer_id.vm_id && id.slot == ep->peer_id.slot &&
+           id.gen == ep->peer_id.gen && id.pid == ep->peer_id.pid;
 }
 
 UCS_CLASS_DEFINE(uct_ivshmem_ep_t, uct_base_ep_t);

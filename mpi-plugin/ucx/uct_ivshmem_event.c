@@ -14,7 +14,6 @@
  * (as ivshm_ep_wait re-checks), so a sleeping worker wakes, progresses
  * (liveness, queues) and arms again.
  */
-#include "uct_ivshmem_build.h"
 #include "uct_ivshmem.h"
 
 #include <stdint.h>

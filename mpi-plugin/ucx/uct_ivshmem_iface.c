@@ -5,7 +5,6 @@
  * publishes and the reachability rule, which asks the region whether the
  * peer holds a live lease in it.
  */
-#include "uct_ivshmem_build.h"
 #include "uct_ivshmem.h"
 
 #include <ucs/time/time.h>
@@ -40,6 +39,9 @@ ucs_config_field_t uct_ivshmem_iface_config_table[] = {
 };
 
 static uct_iface_ops_t uct_ivshmem_iface_ops;
+/* UCX's base internal ops, and under 1.18 reachability (compat header) */
+static uct_iface_internal_ops_t uct_ivshmem_iface_internal_ops =
+    UCT_IVSHMEM_IFACE_INTERNAL_OPS_INIT;
 
 /* A received piece is untrusted: another VM may rewrite it while UCX
  * parses it, so it is copied out first, and only a whole message (the
@@ -134,7 +136,8 @@ static ucs_status_t uct_ivshmem_iface_query(uct_iface_h tl_iface,
     attr->cap.flags = UCT_IFACE_FLAG_AM_SHORT | UCT_IFACE_FLAG_AM_BCOPY |
                       UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC |
                       UCT_IFACE_FLAG_CONNECT_TO_IFACE |
-                      UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE;
+                      UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
+                      UCT_IVSHMEM_IFACE_CAP_FLAGS;
     if (uct_ivshmem_iface_has_event_fd(iface))
         attr->cap.event_flags = UCT_IFACE_FLAG_EVENT_SEND_COMP |
                                 UCT_IFACE_FLAG_EVENT_RECV |
@@ -214,9 +217,9 @@ void uct_ivshmem_peer_unpack(const uct_ivshmem_dev_addr_t *dev,
  * generation, in another VM (or this one, with SAME_VM): the region's
  * word, as for the BTL; host names and boot ids play no part. Both sides
  * must send messages of the same largest size (IVSHM_FRAG_SIZE alike). */
-static int uct_ivshmem_iface_is_reachable(const uct_iface_h tl_iface,
-                                          const uct_device_addr_t *dev_addr,
-                                          const uct_iface_addr_t *iface_addr)
+int uct_ivshmem_iface_reaches(uct_iface_h tl_iface,
+                              const uct_device_addr_t *dev_addr,
+                              const uct_iface_addr_t *iface_addr)
 {
     uct_ivshmem_iface_t *iface = ucs_derived_of(tl_iface, uct_ivshmem_iface_t);
     uct_ivshmem_dev_addr_t dev;
@@ -273,7 +276,7 @@ static void uct_ivshmem_iface_print_stats(uct_ivshmem_iface_t *iface)
     const uct_ivshmem_counters_t *c = &iface->cnt;
     char host[64] = "";
     gethostname(host, sizeof(host) - 1);
-    fprintf(stderr,
+    uct_ivshmem_say(
             "uct ivshmem: %s pid %d device %s: sent %llu messages (%llu "
             "bytes), received %llu (%llu bytes), dropped %llu, no room %llu, "
             "pending done %llu\n",
@@ -282,7 +285,7 @@ static void uct_ivshmem_iface_print_stats(uct_ivshmem_iface_t *iface)
             (unsigned long long)c->rx_msgs, (unsigned long long)c->rx_bytes,
             (unsigned long long)c->rx_dropped, (unsigned long long)c->tx_full,
             (unsigned long long)c->pending_done);
-    fprintf(stderr,
+    uct_ivshmem_say(
             "uct ivshmem rma: %s pid %d device %s: put %llu bytes (short "
             "%llu, bcopy %llu, zcopy %llu), get %llu bytes (short %llu, "
             "bcopy %llu, zcopy %llu), atomics %llu, refused %llu\n",
@@ -321,7 +324,7 @@ UCS_CLASS_INIT_FUNC(uct_ivshmem_iface_t, uct_md_h tl_md,
         return UCS_ERR_NO_DEVICE;
 
     UCS_CLASS_CALL_SUPER_INIT(uct_base_iface_t, &uct_ivshmem_iface_ops,
-                              &uct_base_iface_internal_ops, tl_md, worker,
+                              &uct_ivshmem_iface_internal_ops, tl_md, worker,
                               params, tl_config UCS_STATS_ARG(NULL)
                               UCS_STATS_ARG(UCT_IVSHMEM_NAME));
 
@@ -432,5 +435,5 @@ static uct_iface_ops_t uct_ivshmem_iface_ops = {
     .iface_query = uct_ivshmem_iface_query,
     .iface_get_device_address = uct_ivshmem_iface_get_device_address,
     .iface_get_address = uct_ivshmem_iface_get_address,
-    .iface_is_reachable = uct_ivshmem_iface_is_reachable,
+    .iface_is_reachable = UCT_IVSHMEM_IFACE_IS_REACHABLE,
 };

@@ -7,14 +7,15 @@
  * the one this file was compiled against.
  */
 #define _GNU_SOURCE /* dladdr */
-#include "uct_ivshmem_build.h"
 #include "uct_ivshmem.h"
 
 #include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <ucs/sys/string.h>
 #include <uct/api/version.h>
@@ -52,21 +53,11 @@ static void uct_ivshmem_md_close(uct_md_h tl_md)
     ucs_free(md);
 }
 
-static ucs_status_t uct_ivshmem_md_query(uct_md_h tl_md, uct_md_attr_t *attr)
+/* Without a region nothing to register or allocate (caps come zeroed,
+ * host memory accessible: uct_ivshmem_md_query_compat). */
+void uct_ivshmem_md_caps(uct_md_h tl_md, uct_ivshmem_md_caps_t *caps)
 {
-    /* without a region: nothing to register or allocate */
-    attr->cap.flags = 0;
-    attr->cap.reg_mem_types = 0;
-    attr->cap.alloc_mem_types = 0;
-    attr->cap.detect_mem_types = 0;
-    attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
-    attr->cap.max_alloc = 0;
-    attr->cap.max_reg = 0;
-    attr->rkey_packed_size = 0;
-    attr->reg_cost = ucs_linear_func_make(0, 0);
-    memset(&attr->local_cpus, 0xff, sizeof(attr->local_cpus));
-    uct_ivshmem_mem_query(ucs_derived_of(tl_md, uct_ivshmem_md_t), attr);
-    return UCS_OK;
+    uct_ivshmem_mem_caps(ucs_derived_of(tl_md, uct_ivshmem_md_t), caps);
 }
 
 /* Opens the region and joins the domain. Without a region the memory
@@ -103,16 +94,15 @@ static ucs_status_t uct_ivshmem_md_open(uct_component_t *component,
         ucs_derived_of(uct_config, uct_ivshmem_md_config_t);
     static uct_md_ops_t md_ops = {
         .close = uct_ivshmem_md_close,
-        .query = uct_ivshmem_md_query,
+        .query = uct_ivshmem_md_query_compat,
         .mem_alloc = uct_ivshmem_mem_alloc,
         .mem_free = uct_ivshmem_mem_free,
         .mem_advise = (uct_md_mem_advise_func_t)ucs_empty_function_return_unsupported,
-        .mem_reg = uct_ivshmem_mem_reg,
+        .mem_reg = uct_ivshmem_mem_reg_compat,
         .mem_dereg = uct_ivshmem_mem_dereg,
         .mem_query = (uct_md_mem_query_func_t)ucs_empty_function_return_unsupported,
-        .mkey_pack = uct_ivshmem_mkey_pack,
-        .is_sockaddr_accessible =
-            (uct_md_is_sockaddr_accessible_func_t)ucs_empty_function_return_zero,
+        .mkey_pack = uct_ivshmem_mkey_pack_compat,
+        UCT_IVSHMEM_MD_OPS_COMPAT
         .detect_memory_type =
             (uct_md_detect_memory_type_func_t)ucs_empty_function_return_unsupported,
     };
@@ -190,7 +180,26 @@ uct_component_t uct_ivshmem_component = {
     .tl_list = UCT_COMPONENT_TL_LIST_INITIALIZER(&uct_ivshmem_component),
     .flags = 0,
     .md_vfs_init = (uct_component_md_vfs_init_func_t)ucs_empty_function,
+    UCT_IVSHMEM_COMPONENT_COMPAT
 };
+
+void uct_ivshmem_say(const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    size_t len = (size_t)n;
+    if (len >= sizeof(line)) { /* cut: still one line */
+        len = sizeof(line) - 1;
+        line[len - 1] = '\n';
+    }
+    ssize_t w = write(STDERR_FILENO, line, len);
+    (void)w; /* nowhere to say that stderr failed */
+}
 
 /* ---- registration ---- */
 
@@ -245,7 +254,7 @@ UCS_F_CTOR static void uct_ivshmem_init(void)
             snprintf(runs, sizeof(runs), "UCX %u.%u.%u", v[0], v[1], v[2]);
         else
             snprintf(runs, sizeof(runs), "a UCX of unknown version");
-        fprintf(stderr,
+        uct_ivshmem_say(
                 "libuct_ivshmem: built for UCX %s, but this process runs "
                 "%s (%s): the ivshmem transport stays off. Rebuild libivshm "
                 "against this UCX's sources (docs/ucx.md).\n",

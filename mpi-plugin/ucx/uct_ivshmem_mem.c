@@ -18,7 +18,6 @@
  * lie in it; the owner's hold on the range is asked at every access
  * (uct_ivshmem_rma.c).
  */
-#include "uct_ivshmem_build.h"
 #include "uct_ivshmem.h"
 
 #include <ivshm/locate.h>
@@ -64,21 +63,22 @@ static uint64_t uct_ivshmem_mapped_region_size(const uint8_t uuid[16])
     return size;
 }
 
-void uct_ivshmem_mem_query(const uct_ivshmem_md_t *md, uct_md_attr_t *attr)
+void uct_ivshmem_mem_caps(const uct_ivshmem_md_t *md,
+                          uct_ivshmem_md_caps_t *caps)
 {
     if (md->r == NULL)
         return;
     /* FIXED: OpenSHMEM places its symmetric heap at one address in every
      * PE (sshmem ucx maps with UCP_MEM_MAP_FIXED) */
-    attr->cap.flags = UCT_MD_FLAG_ALLOC | UCT_MD_FLAG_REG |
-                      UCT_MD_FLAG_NEED_RKEY | UCT_MD_FLAG_FIXED;
-    attr->cap.reg_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
-    attr->cap.alloc_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
-    attr->cap.max_alloc = ivshm_region_size(md->r);
-    attr->cap.max_reg = ULONG_MAX;
-    attr->rkey_packed_size = sizeof(uct_ivshmem_rkey_packed_t);
+    caps->flags = UCT_MD_FLAG_ALLOC | UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY |
+                  UCT_MD_FLAG_FIXED;
+    caps->reg_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    caps->alloc_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    caps->max_alloc = ivshm_region_size(md->r);
+    caps->max_reg = ULONG_MAX;
+    caps->rkey_packed_size = sizeof(uct_ivshmem_rkey_packed_t);
     /* a registration is a few comparisons and a look at the chunk table */
-    attr->reg_cost = ucs_linear_func_make(50e-9, 0);
+    caps->reg_cost = ucs_linear_func_make(50e-9, 0);
 }
 
 /* Private memory where the region has no room: UCX 1.13 takes a failed
@@ -224,11 +224,10 @@ static int uct_ivshmem_mem_locate(const uct_ivshmem_md_t *md, void *address,
  * again only with the same chunks under the same lease. Where a chunk has
  * gone to another lease, the key's owner no longer holds it and a peer's
  * access is refused (docs/ucx.md, "Remote memory access"). */
-ucs_status_t uct_ivshmem_mem_reg(uct_md_h tl_md, void *address, size_t length,
-                                 unsigned flags, uct_mem_h *memh_p)
+ucs_status_t uct_ivshmem_mem_register(uct_md_h tl_md, void *address,
+                                      size_t length, uct_mem_h *memh_p)
 {
     uct_ivshmem_md_t *md = ucs_derived_of(tl_md, uct_ivshmem_md_t);
-    (void)flags;
     uct_ivshmem_memh_t *mh = ucs_calloc(1, sizeof(*mh), "ivshmem memh");
     if (mh == NULL)
         return UCS_ERR_NO_MEMORY;
@@ -257,14 +256,12 @@ ucs_status_t uct_ivshmem_mem_dereg(uct_md_h tl_md,
     return UCS_OK;
 }
 
-ucs_status_t uct_ivshmem_mkey_pack(uct_md_h tl_md, uct_mem_h memh,
-                                   const uct_md_mkey_pack_params_t *params,
-                                   void *rkey_buffer)
+ucs_status_t uct_ivshmem_mkey_pack_memh(uct_md_h tl_md, uct_mem_h memh,
+                                        void *rkey_buffer)
 {
     uct_ivshmem_md_t *md = ucs_derived_of(tl_md, uct_ivshmem_md_t);
     const uct_ivshmem_memh_t *mh = memh;
     uct_ivshmem_rkey_packed_t p;
-    (void)params;
     memset(&p, 0, sizeof(p));
     p.magic = UCT_IVSHMEM_RKEY_MAGIC;
     if (mh->remote && md->r) {

@@ -12,7 +12,6 @@
  * (btl_ivshmem_handle.h, docs/lifetimes.md). An access that fails a check
  * returns an error to UCP (the request fails), never a crash.
  */
-#include "uct_ivshmem_build.h"
 #include "uct_ivshmem.h"
 
 #include "../btl/btl_ivshmem_handle.h" /* ivshmem_copy_held */
