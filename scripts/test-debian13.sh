@@ -30,12 +30,22 @@ sh scripts/debian13-root.sh '
     grep "Open MPI component\|UCX transport" configure.out
     grep -q "Open MPI component ...... yes (Open MPI 5" configure.out ||
         { echo "FAIL: configure did not take Open MPI 5 in the Debian 13 root"; exit 1; }
-    grep -q "UCX transport ........... yes (UCX 1.18" configure.out ||
-        { grep "transport is skipped" configure.out; echo "FAIL: the UCX transport was not built against UCX 1.18 in the Debian 13 root"; exit 1; }
+    ucx_tests="test_ucx test_ucx_mpich test_ucx_other"
+    if ! grep -q "UCX transport ........... yes (UCX 1.18" configure.out; then
+        # the one thing a machine may lack: the archive serves the binary
+        # packages of UCX 1.18 but (seen on ours) 404s its source package,
+        # and the transport needs UCX'"'"'s internal headers, which only the
+        # sources have (debian13-root.sh: IVSHM_UCX_SRC)
+        grep -q "no UCX 1.18.* source tree" configure.out || {
+            grep "transport is skipped" configure.out
+            echo "FAIL: the UCX transport was not built against UCX 1.18 in the Debian 13 root"; exit 1; }
+        echo "deb13: not run: the UCX transport under UCX 1.18 ($ucx_tests): the archive serves no UCX 1.18 source package and no IVSHM_UCX_SRC tree was given"
+        ucx_tests=
+    fi
     make -j2 >make.out 2>&1 || { tail -40 make.out; exit 1; }
     other='"${host_build:+$host_build/$uct}"'
     failed=
-    for t in test_ompi_launch test_simvm test_heap test_coll test_threads test_ucx test_ucx_mpich test_ucx_other; do
+    for t in test_ompi_launch test_simvm test_heap test_coll test_threads $ucx_tests; do
         start=$(date +%s)
         rc=0
         IVSHM_OTHER_UCT=$other top_builddir=$PWD timeout 300 sh ../tests/simvm/$t.sh >$t.out 2>&1 || rc=$?
@@ -47,6 +57,7 @@ sh scripts/debian13-root.sh '
     done
     [ -z "$failed" ] || { echo "FAIL: Debian 13:$failed"; exit 1; }'
 # the root's build under Debian 12's UCX 1.13, here
+[ -f "$top/_build-deb13/$uct" ] || exit 0 # not built: said above
 if [ -z "$host_build" ]; then
     echo "test_ucx_other (UCX 1.13): not run: no Debian 12 build of the transport (_build-release, _build, IVSHM_HOST_BUILD)"
     exit 0
