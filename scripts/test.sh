@@ -48,7 +48,7 @@ tier_of() {
     tests/cli/*) echo cli ;;
     tests/server/*) echo server ;;
     tests/simvm/*) echo simvm ;;
-    tests/qemu/test_qemu_mpi*) echo qemu-mpi ;;
+    tests/qemu/test_qemu_mpi*|tests/qemu/test_libvirt_mpi*) echo qemu-mpi ;;
     tests/qemu/test_guest_admin*) echo guest-admin ;;
     tests/qemu/*) echo qemu ;;
     tests/pkg/*) echo pkg ;;

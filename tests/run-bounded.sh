@@ -15,7 +15,8 @@ case $base in
     # each first builds its Debian root by debootstrap
     test_qemu_mpi|test_guest_admin) bound=1200 ;;
     test_qemu) bound=600 ;;           # ~40 s
-    test_libvirt) bound=900 ;;        # ~4 min
+    test_libvirt) bound=600 ;;        # ~1 min
+    test_libvirt_mpi) bound=600 ;;    # ~1.5 min
     test_packages) bound=1200 ;;      # ~3 min, more when it builds its Debian root
     test_simvm|test_coll|test_paper_quick) bound=900 ;;   # ~1 min each
     *) bound=600 ;;                   # unit, multi-process, fuzz, CLI: < 30 s (ASan: ~10x)

@@ -96,7 +96,8 @@ pci_ivshmem() {
 # hotplug_checks: the host takes the device away (libvirt's detach-device:
 # ACPI hot-unplug) under a libivshm user with the region guard, then plugs it
 # back (attach-device); the driver must bind the new device and a new job
-# (a channel with the host, role b) must run over the region. "IVT-HOTPLUG"
+# (a channel with the host, role b) must run over the region; in doorbell
+# mode the new device is a new client of the server. "IVT-HOTPLUG"
 # lines on the console tell the host when to act (test_libvirt.sh)
 hotplug_checks() {
     dev=$(basename "$(readlink /sys/class/ivshmem/ivshmem0/device)")
@@ -154,6 +155,7 @@ db-a|db-b)
     IVSHM_TEST_JOB=dbchan check chan-doorbell-device /guest_test chan "$me" 200
     rmmod_checks
     unplug_checks
+    [ "${ivt_hotplug:-0}" = 1 ] && hotplug_checks
     ;;
 nodev)
     check list-none sh -c '/ivshm list | grep -q "no ivshmem devices"'

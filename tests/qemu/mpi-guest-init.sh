@@ -4,6 +4,9 @@
 #   ivt_name=vmN ivt_ip=ADDR    the guest's name and address on eth0
 #   ivt_role=lead|bench|member  the lead runs the checks below, bench the
 #                               route benchmarks; members serve
+#   ivt_role=libvirt            the lead of test_libvirt_mpi.sh's two
+#                               guests (vm1, vm2: one region); the host
+#                               unplugs and plugs its <shmem> device
 # The lead prints "IVT-PASS name" / "IVT-FAIL name: why" for each check on
 # the serial console, then "IVT-END", and powers off.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
@@ -31,7 +34,8 @@ insmod /opt/ivt/ivshmem.ko || echo "IVT-FAIL insmod: ivshmem.ko on $ivt_name"
 dropbear -r /etc/dropbear/dropbear_ed25519_host_key -p 22
 echo "IVT-READY $ivt_name"
 
-if [ "$ivt_role" != lead ] && [ "$ivt_role" != bench ] && [ "$ivt_role" != ucx ]; then
+if [ "$ivt_role" != lead ] && [ "$ivt_role" != bench ] && [ "$ivt_role" != ucx ] &&
+   [ "$ivt_role" != libvirt ]; then
     while :; do sleep 3600; done
 fi
 
@@ -47,6 +51,7 @@ job() {
 }
 
 peers="vm2 vm3 vm4"
+[ "$ivt_role" = libvirt ] && peers=vm2
 for h in $peers; do
     i=0
     until ssh -o ConnectTimeout=5 "$h" true 2>/dev/null; do
@@ -72,6 +77,15 @@ stats_route() {
     sed -n "s/^.*btl ivshmem stats: host [^ ]* rank $2 -> rank $3: route \([a-z]*\): \([0-9]*\) sends.*/\1 \2/p" "$1" |
         awk '$2 > 0 { print $1 }' | head -n1
 }
+# checked_job NAME OUT MPIRUN-ARGS...: mpi_routes check with the counters;
+# NAME-job (mpirun's status) and NAME-checked-parts (all 7 parts passed)
+checked_job() {
+    name=$1 out=$2; shift 2
+    job "$out" timeout 900 $MPIRUN "$@" --mca btl_ivshmem_stats 1 /opt/ivt/mpi_routes check
+    [ $rc = 0 ] && pass "$name-job" || fail "$name-job" "mpirun exit $rc"
+    n=$(grep -c '^IVT-PASS mpi-' "$out")
+    [ "$n" = 7 ] && pass "$name-checked-parts" || fail "$name-checked-parts" "$n of 7 parts passed"
+}
 # routes_are OUT NAME REGION CROSS: region between the two guests of each
 # host, CROSS (verbs or nothing) between hosts, in both directions
 routes_are() {
@@ -84,6 +98,62 @@ routes_are() {
     done
     [ -z "$bad" ] && pass "$NAME" || fail "$NAME" "$bad"
 }
+
+# test_libvirt_mpi.sh: two libvirt guests on one region. A checked job
+# over it; then a job under the unplug of this guest's device (virsh
+# detach-device, asked for by "IVT-HOTPLUG-DETACH" on the console) must
+# end with the region guard's one message, no crash and no wrong payload;
+# after the plug ("IVT-HOTPLUG-ATTACH": the host attaches the device
+# again) a new job uses the region again
+if [ "$ivt_role" = libvirt ]; then
+    TWO="--host vm1,vm2 -np 2 --map-by node"
+    echo "== libvirt guests: a checked job over the region"
+    t0=$(date +%s)
+    checked_job lv /tmp/lv.out $TWO
+    r01=$(stats_route /tmp/lv.out 0 1) r10=$(stats_route /tmp/lv.out 1 0)
+    [ "$r01 $r10" = "region region" ] && pass lv-region-counters ||
+        fail lv-region-counters "0->1 over ${r01:-nothing}, 1->0 over ${r10:-nothing}"
+    echo "   ($(($(date +%s) - t0)) s)"
+
+    echo "== the device unplugged under a job (rank 0 here sends, rank 1 on vm2 checks)"
+    t0=$(date +%s)
+    timeout 600 $MPIRUN $TWO /opt/ivt/mpi_routes stream 1000000 >/tmp/unplug.out 2>&1 &
+    jobpid=$!
+    i=0
+    until grep -q '^stream: 10 messages checked' /tmp/unplug.out; do
+        i=$((i + 1))
+        { [ $i -gt 600 ] || ! kill -0 $jobpid 2>/dev/null; } && break
+        sleep 0.5
+    done
+    echo "IVT-HOTPLUG-DETACH"
+    wait $jobpid; rc=$?
+    show /tmp/unplug.out
+    if grep -q '^stream: 10 messages checked' /tmp/unplug.out && [ $rc != 0 ] && [ $rc != 124 ]; then
+        pass "unplug-job-ends (exit $rc after $(($(date +%s) - t0)) s)"
+    else
+        fail unplug-job-ends "mpirun exit $rc (124: it hung), the job under way: $(grep -c '^stream: ' /tmp/unplug.out)"
+    fi
+    n=$(grep -c 'is gone (ivshmem device removed' /tmp/unplug.out)
+    [ "$n" = 1 ] && pass unplug-one-message || fail unplug-one-message "$n messages of the region guard"
+    bad=$(grep -e '^IVT-FAIL' -e 'exited on signal' -e 'Bus error' -e 'Segmentation' /tmp/unplug.out | head -n1)
+    [ -z "$bad" ] && pass unplug-no-crash-no-wrong-payload || fail unplug-no-crash-no-wrong-payload "$bad"
+    i=0
+    while [ -e /dev/ivshmem0 ] && [ $i -lt 300 ]; do sleep 0.2; i=$((i + 1)); done
+    echo "IVT-HOTPLUG-ATTACH"
+    i=0
+    while [ ! -c /dev/ivshmem0 ] && [ $i -lt 600 ]; do sleep 0.2; i=$((i + 1)); done
+    job /tmp/replug.out timeout 600 $MPIRUN $TWO --mca btl_ivshmem_stats 1 /opt/ivt/mpi_routes stream 20
+    r01=$(stats_route /tmp/replug.out 0 1)
+    if [ $rc = 0 ] && grep -q '^IVT-PASS mpi-stream' /tmp/replug.out && [ "$r01" = region ]; then
+        pass replug-job-over-region
+    else
+        fail replug-job-over-region "mpirun exit $rc, 0->1 over ${r01:-nothing}"
+    fi
+    echo "   ($(($(date +%s) - t0)) s)"
+    echo "IVT-END"
+    echo o > /proc/sysrq-trigger
+    sleep 10
+fi
 
 if [ "$ivt_role" = bench ]; then
     # The route figures (benchmarks/guest-routes.sh): ivshm-osu latency and
@@ -195,10 +265,7 @@ ucx_job() {
 
 echo "== mixed job: vm1+vm2 share region A, vm3+vm4 region B, hosts over soft-RoCE"
 t0=$(date +%s)
-job /tmp/mixed.out timeout 900 $MPIRUN $ALL --mca btl_ivshmem_stats 1 /opt/ivt/mpi_routes check
-[ $rc = 0 ] && pass mixed-job || fail mixed-job "mpirun exit $rc"
-n=$(grep -c '^IVT-PASS mpi-' /tmp/mixed.out)
-[ "$n" = 7 ] && pass mixed-checked-parts || fail mixed-checked-parts "$n of 7 parts passed"
+checked_job mixed /tmp/mixed.out $ALL
 # the burst to the other host outran the receiver's buffers: its sender
 # waited for credits (a sender that does not count them never waits)
 w=$(sed -n "s/^.*btl ivshmem stats: host [^ ]* rank 0 -> rank 3: route verbs: .* \([0-9]*\) waits for credits.*/\1/p" /tmp/mixed.out)

@@ -16,7 +16,9 @@
  *                       wait for credits. Rank 0 prints one line per part:
  *                       "IVT-PASS mpi-NAME" or "IVT-FAIL mpi-NAME: why".
  *   mpi_routes stream N the first rank sends N checked 256 KiB messages
- *                       to the last (a job that must not be disturbed)
+ *                       to the last (a job that must not be disturbed);
+ *                       the last says "stream: 10 messages checked" once
+ *                       they came, and names a wrong message at once
  *   mpi_routes victim   rank 0 streams 1 MiB messages to rank 1, which
  *                       kills itself (SIGKILL) after the third one: the
  *                       job must end with an error, not hang
@@ -230,6 +232,9 @@ static int check(void)
     return failed;
 }
 
+/* the receiver says when this many messages arrived checked: the job is
+ * under way (test_libvirt_mpi.sh unplugs the region then) */
+enum { STREAM_UNDERWAY = 10 };
 static int stream(int n, bool victim)
 {
     size_t len = victim ? (1u << 20) : (256u << 10);
@@ -242,7 +247,16 @@ static int stream(int n, bool victim)
             MPI_Send(b, (int)len, MPI_BYTE, last, i, MPI_COMM_WORLD);
         } else if (rank == last) {
             MPI_Recv(b, (int)len, MPI_BYTE, 0, i, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            bad += bad_bytes(b, len, 0, last, i);
+            long wrong = bad_bytes(b, len, 0, last, i);
+            bad += wrong;
+            /* said at once: a job that ends midway reports no total */
+            if (wrong)
+                printf("IVT-FAIL mpi-stream-payload: message %d has %ld wrong bytes\n",
+                       i, wrong);
+            if (i + 1 == STREAM_UNDERWAY)
+                printf("stream: %d messages checked\n", STREAM_UNDERWAY);
+            if (wrong || i + 1 == STREAM_UNDERWAY)
+                fflush(stdout);
             if (victim && i == 2) {
                 printf("victim: rank %d killed mid-stream\n", rank);
                 fflush(stdout);

@@ -53,70 +53,17 @@ mpicc -O2 -Wall -Wextra -Werror -o "$work/mpi_routes" "$s/tests/qemu/mpi_routes.
 mpicc -O2 -o "$work/ivshm-osu" "$s/benchmarks/ivshm_osu.c" || { echo "FAIL: ivshm-osu build"; exit 1; }
 
 echo "== the initramfs ($kver)"
-root=$work/root
-cp -a "$rootfs" "$root"
-# the kernel modules the guests load, with what they depend on
-mods=$kit/root/lib/modules/$kver
-[ -s "$mods/modules.dep" ] || depmod -b "$kit/root" "$kver" || { echo "FAIL: depmod of the kit"; exit 1; }
-need="e1000 crc32_generic rdma_rxe ib_uverbs rdma_ucm"
-list=
-while [ -n "$need" ]; do
-    next=
-    for m in $need; do
-        f=$(sed -n "s|^\(\(.*/\)\?$m\.ko[^:]*\):.*|\1|p" "$mods/modules.dep" | head -n1)
-        [ -n "$f" ] || { echo "FAIL: module $m not in $kver"; exit 1; }
-        case " $list " in *" $f "*) continue ;; esac
-        list="$list $f"
-        for d in $(sed -n "s|^$f: *||p" "$mods/modules.dep"); do
-            next="$next $(basename "$d" | sed 's/\.ko.*//')"
-        done
-    done
-    need=$next
-done
-for f in $list; do
-    mkdir -p "$root/lib/modules/$kver/$(dirname "$f")"
-    cp "$mods/$f" "$root/lib/modules/$kver/$f"
-done
-cp "$mods"/modules.order "$mods"/modules.builtin* "$root/lib/modules/$kver/" 2>/dev/null
-depmod -b "$root" "$kver" || { echo "FAIL: depmod"; exit 1; }
-# the component where Debian's Open MPI looks for it, its help file, and the
-# aggregate parameter set users give to mpirun -am
-install_mpi_component "$root" "$b" "$s"
-mkdir -p "$root/usr/share/openmpi/amca-param-sets"
-cp "$s/mpi-plugin/amca-param-sets/ivshmem" "$root/usr/share/openmpi/amca-param-sets/ivshmem"
-mkdir -p "$root/opt/ivt"
-cp "$work/mod/ivshmem.ko" "$work/mpi_routes" "$work/ivshm-osu" "$root/opt/ivt/"
-# the UCT transport for the job through pml ucx (docs/ucx.md, Real guests)
+# the UCX transport for the job through pml ucx (docs/ucx.md, Real guests)
 uct=$b/mpi-plugin/ucx/.libs/libuct_ivshmem.so
 ucx_checks=4
-if [ -f "$uct" ]; then
-    cp "$uct" "$root/opt/ivt/"
-else
-    ucx_checks=0
+if [ ! -f "$uct" ]; then
+    uct= ucx_checks=0
     [ "${IVSHM_REQUIRE_GUESTS:-0}${IVSHM_REQUIRE_ALL:-0}" = 00 ] ||
         { echo "FAIL: the UCX transport was not built (configure: UCX transport no)"; exit 1; }
     echo "   the UCX transport was not built: its job is left out"
 fi
-cp "$s/tests/qemu/mpi-guest-init.sh" "$root/init"
-chmod +x "$root/init"
-# one key for root on every guest; no host key checks on a private segment
-mkdir -p "$root/root/.ssh"
-ssh-keygen -q -t ed25519 -N "" -f "$root/root/.ssh/id_ed25519" || { echo "FAIL: ssh-keygen"; exit 1; }
-cp "$root/root/.ssh/id_ed25519.pub" "$root/root/.ssh/authorized_keys"
-cp "$root/root/.ssh/id_ed25519" "$work/id"  # to look into a guest while it runs
-printf 'Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n' \
-    > "$root/root/.ssh/config"
-chmod 700 "$root/root/.ssh"; chmod 600 "$root/root/.ssh/"*
-# a host key made here: generating one under TCG at the first login takes
-# minutes
-mkdir -p "$root/etc/dropbear"
-chroot "$root" dropbearkey -t ed25519 -f /etc/dropbear/dropbear_ed25519_host_key >/dev/null 2>&1 ||
-    { echo "FAIL: dropbearkey"; exit 1; }
-printf '127.0.0.1 localhost\n' > "$root/etc/hosts"
-for i in 1 2 3 4; do printf '10.77.0.%d vm%d\n' "$i" "$i" >> "$root/etc/hosts"; done
-(cd "$root" && find . | cpio -o -H newc 2>/dev/null) > "$work/initrd"
-rm -rf "$root"
-echo "   initramfs: $(($(stat -c %s "$work/initrd") / 1048576)) MB"
+mpi_initrd "$work" "$kit" "$rootfs" "$b" "$s" "$work/initrd" \
+    "$work/mod/ivshmem.ko" "$work/mpi_routes" "$work/ivshm-osu" $uct || exit 1
 
 # ---- one Ethernet segment in a namespace of our own ----
 ip netns add "$ns" || skip "cannot create a network namespace"
