@@ -302,10 +302,18 @@ ivshm_status_t ivshm_ep_connect(ivshm_ep_t *ep, const uint8_t *addr,
 
 /* Tells senders that we may sleep (they ring from now on, see N0);
  * true the first time. */
+/* True the first time (senders may not see the flag yet: a grace). The
+ * flag lives in the region, where any VM may clear it: our own word is
+ * the truth, and the shared one is stored again at each wait, so a
+ * cleared flag costs at most one bounded wait round, never the rings. */
 static bool become_blocking(ivshm_ep_t *ep)
 {
-    if (atomic_load_explicit(&ep->ctl->may_block, memory_order_relaxed))
+    if (ep->blocking) {
+        if (!atomic_load_explicit(&ep->ctl->may_block, memory_order_relaxed))
+            atomic_store(&ep->ctl->may_block, 1);
         return false;
+    }
+    ep->blocking = true;
     atomic_store(&ep->ctl->may_block, 1);
     ep->blocking_since = ivshm__mono_ns();
     return true;

@@ -130,6 +130,7 @@ struct ivshm_ep {
     uint64_t last_liveness, last_gc;
     bool lease_reported;
     uint64_t blocking_since; /* first wait or event fd: may_block set */
+    bool blocking; /* the truth of ctl->may_block, which any VM may clear */
     struct fbox_bank *banks;
     uint32_t nbanks;
     uint32_t fbox_bytes;

@@ -37,8 +37,9 @@ static uct_ivshmem_md_t *uct_ivshmem_mds[UCT_IVSHMEM_MAX_MDS];
 
 void uct_ivshmem_md_track(uct_ivshmem_md_t *md, int open)
 {
+    int i;
     pthread_mutex_lock(&uct_ivshmem_mds_lock);
-    for (int i = 0; i < UCT_IVSHMEM_MAX_MDS; i++) {
+    for (i = 0; i < UCT_IVSHMEM_MAX_MDS; i++) {
         if (open && uct_ivshmem_mds[i] == NULL) {
             uct_ivshmem_mds[i] = md;
             break;
@@ -49,6 +50,11 @@ void uct_ivshmem_md_track(uct_ivshmem_md_t *md, int open)
         }
     }
     pthread_mutex_unlock(&uct_ivshmem_mds_lock);
+    if (open && i == UCT_IVSHMEM_MAX_MDS)
+        ucs_warn("ivshmem: more than %d memory domains open in this process: "
+                 "peers' remote keys of region %s unpack as unreachable (UCP "
+                 "moves those transfers by active messages)",
+                 UCT_IVSHMEM_MAX_MDS, md->device);
 }
 
 /* The size of the region of that UUID this process maps, 0 if none. */
