@@ -235,6 +235,30 @@ define_and_check() {
         fail=$((fail + 1)); echo "FAIL: check-libvirt on virsh dumpxml $1:"
     fi
     sed "s/^/   [$1 check] /" "$work/$1.check"
+    apparmor_rules "$1"
+}
+
+# apparmor_rules NAME: where libvirt's AppArmor driver is on, it writes each
+# VM's file rules with its virt-aa-helper from the domain's XML; the same
+# helper's dry run here (no security module needed) must grant QEMU the
+# shared file (plain: /dev/shm/NAME) or the server's socket (doorbell) rw
+apparmor_rules() {
+    aa=/usr/lib/libvirt/virt-aa-helper
+    x=$work/$1.stored.xml
+    sock=$(sed -n "s/.*<server path='\([^']*\)'.*/\1/p" "$x" | head -1)
+    want=$sock
+    [ -n "$want" ] || want=/dev/shm/$(sed -n "s/.*<shmem name='\([^']*\)'.*/\1/p" "$x" | head -1)
+    if [ ! -x "$aa" ]; then
+        fail=$((fail + 1)); echo "FAIL: no $aa (libvirt-daemon): libvirt's AppArmor rules are not checked"
+        return
+    fi
+    "$aa" -d -r -u "libvirt-$($virsh domuuid "$1")" <"$x" >"$work/$1.aa" 2>&1
+    if grep -q "\"$want\" rw" "$work/$1.aa"; then
+        pass=$((pass + 1)); echo "   libvirt's AppArmor rules for $1 (virt-aa-helper): \"$want\" rw"
+    else
+        fail=$((fail + 1)); echo "FAIL: libvirt's AppArmor rules for $1 do not grant \"$want\" rw:"
+        sed "s/^/   [$1 aa] /" "$work/$1.aa"
+    fi
 }
 
 # start_all NAME...: virsh start each
