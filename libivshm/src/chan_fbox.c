@@ -181,19 +181,34 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
     return n;
 }
 
+/* Is a cell published at the head of p's box? */
+static bool head_published(const ivshm_ep_t *ep, const struct peer *p)
+{
+    uint64_t pos = p->rx_fbox_pos;
+    const struct cell *c =
+        (const struct cell *)(p->rx_fbox + (pos & (ep->cfg.fbox_cells - 1)) *
+                                               ep->g.cell_size);
+    return atomic_load_explicit(&c->seq, memory_order_acquire) ==
+           pos + 1; /* F0 (reader) */
+}
+
 bool ivshm__fbox_ready(ivshm_ep_t *ep)
 {
-    uint32_t cells = ep->cfg.fbox_cells;
     for (uint32_t i = 0; i < ep->nactive; i++) {
-        struct peer *p = ep->peers[ep->active[i]];
-        if (!p || !p->rx_fbox)
-            continue;
-        uint64_t pos = p->rx_fbox_pos;
-        const struct cell *c = (const struct cell *)(p->rx_fbox +
-                                                     (pos & (cells - 1)) *
-                                                         ep->g.cell_size);
-        if (atomic_load_explicit(&c->seq, memory_order_acquire) == pos + 1)
-            return true; /* F0 (reader) */
+        const struct peer *p = ep->peers[ep->active[i]];
+        if (p && p->rx_fbox && head_published(ep, p))
+            return true;
     }
     return false;
+}
+
+bool ivshm__fbox_idle(ivshm_ep_t *ep)
+{
+    for (uint32_t i = 0; i < ep->nactive; i++) {
+        const struct peer *p = ep->peers[ep->active[i]];
+        /* a dead sender's drained box is released by the poll */
+        if (p && p->rx_fbox && (p->dead || head_published(ep, p)))
+            return false;
+    }
+    return true;
 }

@@ -18,6 +18,8 @@
 #include "chan_layout.h"
 #include "ivshm/channel.h"
 
+#pragma GCC visibility push(hidden) /* as internal.h */
+
 #define PENDING_MAX 64
 #define STUCK_CHECK_NS 2000000ull /* look at a pending cell's owner after */
 #define GAP_WAIT_NS 20000000ull   /* a pair's missing piece: resync after */
@@ -174,6 +176,9 @@ struct cell *ivshm__fifo_claim(ivshm_ep_t *ep, struct peer *p, uint64_t *pos);
 int ivshm__fifo_poll(ivshm_ep_t *ep, int budget);
 /* A published cell waits at the head of our FIFO (reads nothing else). */
 bool ivshm__fifo_ready(ivshm_ep_t *ep);
+/* Nothing to do in the FIFO: nothing claimed past what we read, nothing
+ * parked. */
+bool ivshm__fifo_idle(ivshm_ep_t *ep);
 
 /* chan_fbox.c */
 void ivshm__fbox_check_grant(ivshm_ep_t *ep, struct peer *p);
@@ -183,6 +188,9 @@ void ivshm__fbox_release(ivshm_ep_t *ep, struct peer *p, uint32_t idx);
 int ivshm__fbox_poll(ivshm_ep_t *ep, int budget);
 /* A published cell waits in one of the fast boxes we granted. */
 bool ivshm__fbox_ready(ivshm_ep_t *ep);
+/* Nothing to do in any fast box: none has a published cell at its head,
+ * none belongs to a sender that died. */
+bool ivshm__fbox_idle(ivshm_ep_t *ep);
 
 /* chan_frag.c */
 int ivshm__frag_take(ivshm_ep_t *ep);
@@ -215,5 +223,7 @@ extern long ivshm__destroy_grace_ns; /* wait between free entry and free */
 /* The polling wait every endpoint without a doorbell uses. */
 ivshm_status_t ivshm__poll_wait(void *ctx, const volatile uint64_t *word,
                                 uint64_t seen, uint64_t timeout_ns);
+
+#pragma GCC visibility pop
 
 #endif
