@@ -66,6 +66,10 @@ void ivshm__fbox_grant(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
     uint32_t per_bank = FBOX_BANK / ep->fbox_bytes;
     if (per_bank > 32)
         per_bank = 32;
+    if (per_bank == 0)
+        per_bank = 1; /* a box larger than a bank is a bank of its own */
+    uint32_t bank_bytes =
+        ep->fbox_bytes > FBOX_BANK ? ep->fbox_bytes : FBOX_BANK;
     int bank = -1, slot = -1;
     for (uint32_t b = 0; b < ep->nbanks && bank < 0; b++)
         for (uint32_t s = 0; s < per_bank; s++)
@@ -76,8 +80,8 @@ void ivshm__fbox_grant(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
             }
     if (bank < 0) {
         uint64_t off;
-        if (ivshm_alloc(ep->r, FBOX_BANK, &off) != IVSHM_OK ||
-            off + FBOX_BANK > GRANT_OFF_MAX)
+        if (ivshm_alloc(ep->r, bank_bytes, &off) != IVSHM_OK ||
+            off + bank_bytes > GRANT_OFF_MAX)
             return; /* region full: the pair stays on the FIFO */
         struct fbox_bank *nb =
             realloc(ep->banks, (ep->nbanks + 1) * sizeof(*nb));
