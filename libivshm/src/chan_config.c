@@ -77,10 +77,10 @@ ivshm_status_t ivshm_ep_config_check(const ivshm_ep_config_t *c)
     uint64_t fbox = c->fbox_cells ? sizeof(struct fbox_hdr) +
                                         (uint64_t)c->fbox_cells * c->cell_size
                                   : 0;
-    if (fbox > FBOX_BANK)
+    if (fbox > FBOX_MAX)
         return ivshm__fail(IVSHM_ERR_INVAL,
                            "a fast box of %llu bytes exceeds %u; lower "
                            "IVSHM_FBOX_CELLS or IVSHM_CELL_SIZE",
-                           (unsigned long long)fbox, FBOX_BANK);
+                           (unsigned long long)fbox, FBOX_MAX);
     return IVSHM_OK;
 }

@@ -66,6 +66,10 @@ void ivshm__fbox_grant(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
     uint32_t per_bank = FBOX_BANK / ep->fbox_bytes;
     if (per_bank > 32)
         per_bank = 32;
+    if (per_bank == 0)
+        per_bank = 1; /* a box larger than a bank is a bank of its own */
+    uint32_t bank_bytes =
+        ep->fbox_bytes > FBOX_BANK ? ep->fbox_bytes : FBOX_BANK;
     int bank = -1, slot = -1;
     for (uint32_t b = 0; b < ep->nbanks && bank < 0; b++)
         for (uint32_t s = 0; s < per_bank; s++)
@@ -76,8 +80,8 @@ void ivshm__fbox_grant(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
             }
     if (bank < 0) {
         uint64_t off;
-        if (ivshm_alloc(ep->r, FBOX_BANK, &off) != IVSHM_OK ||
-            off + FBOX_BANK > GRANT_OFF_MAX)
+        if (ivshm_alloc(ep->r, bank_bytes, &off) != IVSHM_OK ||
+            off + bank_bytes > GRANT_OFF_MAX)
             return; /* region full: the pair stays on the FIFO */
         struct fbox_bank *nb =
             realloc(ep->banks, (ep->nbanks + 1) * sizeof(*nb));
@@ -181,19 +185,34 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
     return n;
 }
 
+/* Is a cell published at the head of p's box? */
+static bool head_published(const ivshm_ep_t *ep, const struct peer *p)
+{
+    uint64_t pos = p->rx_fbox_pos;
+    const struct cell *c =
+        (const struct cell *)(p->rx_fbox + (pos & (ep->cfg.fbox_cells - 1)) *
+                                               ep->g.cell_size);
+    return atomic_load_explicit(&c->seq, memory_order_acquire) ==
+           pos + 1; /* F0 (reader) */
+}
+
 bool ivshm__fbox_ready(ivshm_ep_t *ep)
 {
-    uint32_t cells = ep->cfg.fbox_cells;
     for (uint32_t i = 0; i < ep->nactive; i++) {
-        struct peer *p = ep->peers[ep->active[i]];
-        if (!p || !p->rx_fbox)
-            continue;
-        uint64_t pos = p->rx_fbox_pos;
-        const struct cell *c = (const struct cell *)(p->rx_fbox +
-                                                     (pos & (cells - 1)) *
-                                                         ep->g.cell_size);
-        if (atomic_load_explicit(&c->seq, memory_order_acquire) == pos + 1)
-            return true; /* F0 (reader) */
+        const struct peer *p = ep->peers[ep->active[i]];
+        if (p && p->rx_fbox && head_published(ep, p))
+            return true;
     }
     return false;
+}
+
+bool ivshm__fbox_idle(ivshm_ep_t *ep)
+{
+    for (uint32_t i = 0; i < ep->nactive; i++) {
+        const struct peer *p = ep->peers[ep->active[i]];
+        /* a dead sender's drained box is released by the poll */
+        if (p && p->rx_fbox && (p->dead || head_published(ep, p)))
+            return false;
+    }
+    return true;
 }

@@ -206,3 +206,12 @@ bool ivshm__fifo_ready(ivshm_ep_t *ep)
 {
     return published(fifo_cell(ep, ep->rx_pos), ep->rx_pos);
 }
+
+bool ivshm__fifo_idle(ivshm_ep_t *ep)
+{
+    /* a claimed cell, published or not, moves head past rx_pos: a stopped
+     * claimer does not hide the cells after its own */
+    return !ep->npend && atomic_load_explicit(&ep->ctl->head,
+                                              memory_order_relaxed) ==
+                             ep->rx_pos;
+}

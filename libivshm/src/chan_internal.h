@@ -18,6 +18,8 @@
 #include "chan_layout.h"
 #include "ivshm/channel.h"
 
+#pragma GCC visibility push(hidden) /* as internal.h */
+
 #define PENDING_MAX 64
 #define STUCK_CHECK_NS 2000000ull /* look at a pending cell's owner after */
 #define GAP_WAIT_NS 20000000ull   /* a pair's missing piece: resync after */
@@ -25,6 +27,9 @@
 #define LIVENESS_NS 100000000ull  /* peer checks at most every 100 ms */
 #define GC_MAX_NS 1000000000ull   /* a region-wide collection at most 1/s */
 #define FBOX_BANK 65536u          /* bytes allocated per fast-box bank */
+/* A box larger than a bank (a window of 64 cells of 1088 bytes) takes an
+ * allocation of its own; this bounds what one grant costs the receiver. */
+#define FBOX_MAX (4u * FBOX_BANK)
 
 struct ivshm_domain {
     ivshm_region_t *r;
@@ -178,6 +183,9 @@ struct cell *ivshm__fifo_claim(ivshm_ep_t *ep, struct peer *p, uint64_t *pos);
 int ivshm__fifo_poll(ivshm_ep_t *ep, int budget);
 /* A published cell waits at the head of our FIFO (reads nothing else). */
 bool ivshm__fifo_ready(ivshm_ep_t *ep);
+/* Nothing to do in the FIFO: nothing claimed past what we read, nothing
+ * parked. */
+bool ivshm__fifo_idle(ivshm_ep_t *ep);
 
 /* chan_fbox.c */
 void ivshm__fbox_check_grant(ivshm_ep_t *ep, struct peer *p);
@@ -187,6 +195,9 @@ void ivshm__fbox_release(ivshm_ep_t *ep, struct peer *p, uint32_t idx);
 int ivshm__fbox_poll(ivshm_ep_t *ep, int budget);
 /* A published cell waits in one of the fast boxes we granted. */
 bool ivshm__fbox_ready(ivshm_ep_t *ep);
+/* Nothing to do in any fast box: none has a published cell at its head,
+ * none belongs to a sender that died. */
+bool ivshm__fbox_idle(ivshm_ep_t *ep);
 
 /* chan_frag.c */
 int ivshm__frag_take(ivshm_ep_t *ep);
@@ -219,5 +230,7 @@ extern long ivshm__destroy_grace_ns; /* wait between free entry and free */
 /* The polling wait every endpoint without a doorbell uses. */
 ivshm_status_t ivshm__poll_wait(void *ctx, const volatile uint64_t *word,
                                 uint64_t seen, uint64_t timeout_ns);
+
+#pragma GCC visibility pop
 
 #endif

@@ -35,10 +35,20 @@ int ivshm_ep_progress(ivshm_ep_t *ep)
         return 0;
     }
     int budget = (int)ep->cfg.max_per_poll;
-    int n;
+    int n = 0;
+    ++ep->polls;
+    /* A pass that finds every queue idle (nothing claimed in the FIFO
+     * past what we read, nothing parked, no published cell at a fast
+     * box's head, no box of a dead sender to release) has nothing to
+     * deliver, release or resolve: a piece that waits is published or
+     * parked, so it is seen here. It only looks at liveness. A sender's
+     * progress while it waits for room, and a receiver between windows,
+     * make most of their passes such. */
+    if (ivshm__fifo_idle(ep) && ivshm__fbox_idle(ep))
+        goto liveness;
     /* fair share: the queues take turns going first, so hot fast boxes
      * cannot starve FIFO-only senders */
-    if (++ep->polls & 1) {
+    if (ep->polls & 1) {
         n = ivshm__fbox_poll(ep, budget);
         n += ivshm__fifo_poll(ep, budget - n);
     } else {
@@ -61,6 +71,14 @@ int ivshm_ep_progress(ivshm_ep_t *ep)
         }
     }
     ep->ngapped = 0;
+    if (n) {
+        /* the receive statistics' mirror (BUMP), once per pass */
+        atomic_store_explicit(&ep->ctl->msgs_in, ep->st.msgs_in,
+                              memory_order_relaxed);
+        atomic_store_explicit(&ep->ctl->bytes_in, ep->st.bytes_in,
+                              memory_order_relaxed);
+    }
+liveness:
     if (ep->polls % LIVENESS_PERIOD == 0 || (ep->npend && n == 0)) {
         uint64_t now = ivshm__mono_ns();
         if (now - ep->last_liveness > LIVENESS_NS) {

@@ -4,6 +4,8 @@
 
 #include "chan_layout.h"
 
+#pragma GCC visibility push(hidden) /* as internal.h */
+
 /* directory entry doorbell word: valid bit, peer IVPosition, vector */
 #define DB_VALID 0x80000000u
 #define DB_WORD(peer, vec) (DB_VALID | ((uint32_t)(peer) << 8) | (uint32_t)(vec))
@@ -34,5 +36,7 @@ uint32_t ivshm__db_word(const struct ivshm__doorbell *db);
 void ivshm__db_ring(void *ctx, uint32_t peer_index);
 ivshm_status_t ivshm__db_wait(void *ctx, const volatile uint64_t *word,
                               uint64_t seen, uint64_t timeout_ns);
+
+#pragma GCC visibility pop
 
 #endif

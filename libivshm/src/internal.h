@@ -17,6 +17,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* The library's own functions (ivshm__*) are hidden: the copies of libivshm
+ * linked into a component (the BTL, the UCT transport) then call them
+ * directly, not through the PLT that a default-visibility symbol of a
+ * shared object needs, and export only the public API. */
+#pragma GCC visibility push(hidden)
+
 #define IVSHM_CACHELINE 64
 #define IVSHM_MAGIC 0x314752534d485649ull /* "IVSHMRG1" */
 #define IVSHM_HDR_SIZE 4096u
@@ -384,5 +390,7 @@ uint32_t ivshm__job_gen(const ivshm_job_t *j);
 ivshm_status_t ivshm__job_area(ivshm_region_t *r, uint32_t i, uint32_t gen,
                                uint64_t *off, uint64_t *size);
 bool ivshm__is_member(struct ivshm_reg_slot *p, uint32_t idx, uint32_t gen);
+
+#pragma GCC visibility pop
 
 #endif

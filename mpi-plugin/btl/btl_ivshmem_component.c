@@ -124,8 +124,10 @@ static int ivshmem_register(void)
     /* Defaults tuned for MPI on a 16-core host (docs/channels.md,
      * Decisions and Defaults, gives the figures): 1088-byte cells carry
      * messages of up to 1056 bytes inline, so 256 B, 512 B and a 1 KiB MPI
-     * message with ob1's 16-byte header take no fragment, with 32 of them
-     * per fast box (a fast box stays within its 64 KiB bank); 64 fragments
+     * message with ob1's 16-byte header take no fragment, with 64 of them
+     * per fast box, so that a window of 64 sends (osu_bw) fits the box
+     * instead of spilling into the FIFO (the box, larger than a 64 KiB
+     * bank, is an allocation of its own); 64 fragments
      * of 64 KiB keep the two-copy pipeline full; 4 MiB of the region per
      * process, as vader's own segment. Explicit $IVSHM_* settings of the
      * library still win over these defaults. */
@@ -134,7 +136,7 @@ static int ivshmem_register(void)
     if (!getenv("IVSHM_CELL_SIZE"))
         d.cell_size = 1088;
     if (!getenv("IVSHM_FBOX_CELLS"))
-        d.fbox_cells = 32;
+        d.fbox_cells = 64; /* a window of 64 (osu_bw) fits */
     if (!getenv("IVSHM_FRAG_COUNT"))
         d.frag_count = 64;
     if (!getenv("IVSHM_FRAG_SIZE"))
