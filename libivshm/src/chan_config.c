@@ -47,16 +47,27 @@ const ivshm_config_param_t *ivshm_ep_config_param(unsigned i)
     return i < NCFG ? &params[i] : NULL;
 }
 
-void ivshm_ep_config_init(ivshm_ep_config_t *c)
+void ivshm_ep_config_defaults(ivshm_ep_config_t *c)
 {
     memset(c, 0, sizeof(*c));
+    for (size_t i = 0; i < NCFG; i++)
+        *(uint32_t *)((char *)c + offsets[i]) = params[i].def;
+}
+
+void ivshm_ep_config_env(ivshm_ep_config_t *c)
+{
     for (size_t i = 0; i < NCFG; i++) {
-        uint32_t *f = (uint32_t *)((char *)c + offsets[i]);
-        *f = params[i].def;
         const char *e = getenv(params[i].env);
         if (e && *e)
-            *f = (uint32_t)strtoul(e, NULL, 0);
+            *(uint32_t *)((char *)c + offsets[i]) =
+                (uint32_t)strtoul(e, NULL, 0);
     }
+}
+
+void ivshm_ep_config_init(ivshm_ep_config_t *c)
+{
+    ivshm_ep_config_defaults(c);
+    ivshm_ep_config_env(c);
 }
 
 ivshm_status_t ivshm_ep_config_check(const ivshm_ep_config_t *c)

@@ -132,15 +132,12 @@ static int ivshmem_register(void)
      * process, as vader's own segment. Explicit $IVSHM_* settings of the
      * library still win over these defaults. */
     ivshm_ep_config_t d;
-    ivshm_ep_config_init(&d);
-    if (!getenv("IVSHM_CELL_SIZE"))
-        d.cell_size = 1088;
-    if (!getenv("IVSHM_FBOX_CELLS"))
-        d.fbox_cells = 64; /* a window of 64 (osu_bw) fits */
-    if (!getenv("IVSHM_FRAG_COUNT"))
-        d.frag_count = 64;
-    if (!getenv("IVSHM_FRAG_SIZE"))
-        d.frag_size = 65536;
+    ivshm_ep_config_defaults(&d);
+    d.cell_size = 1088;
+    d.fbox_cells = 64; /* a window of 64 (osu_bw) fits */
+    d.frag_count = 64;
+    d.frag_size = 65536;
+    ivshm_ep_config_env(&d);
     reg_uint("fifo_cells", "Cells of each process' receive FIFO (power of two)",
              &c->fifo_cells, d.fifo_cells);
     reg_uint("cell_size", "Bytes per FIFO and fast-box cell (multiple of 64); "

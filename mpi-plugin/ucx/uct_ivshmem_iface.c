@@ -105,11 +105,10 @@ static void uct_ivshmem_iface_event(void *arg, int kind, uint32_t peer)
  * their size: it is max_bcopy). $IVSHM_* settings still win. */
 static void uct_ivshmem_chan_config(ivshm_ep_config_t *cfg)
 {
-    ivshm_ep_config_init(cfg); /* IVSHM_* overrides from the env */
-    if (!getenv("IVSHM_CELL_SIZE"))
-        cfg->cell_size = 1088;
-    if (!getenv("IVSHM_FBOX_CELLS"))
-        cfg->fbox_cells = 32;
+    ivshm_ep_config_defaults(cfg);
+    cfg->cell_size = 1088;
+    cfg->fbox_cells = 32;
+    ivshm_ep_config_env(cfg); /* IVSHM_* settings win */
 }
 
 static unsigned uct_ivshmem_iface_progress(uct_iface_h tl_iface)

@@ -39,6 +39,12 @@ typedef struct ivshm_ep_config {
  * IVSHM_CELL_SIZE, IVSHM_FBOX_CELLS, IVSHM_FBOX_THRESHOLD,
  * IVSHM_FBOX_BUDGET, IVSHM_FRAG_COUNT, IVSHM_FRAG_SIZE. */
 void ivshm_ep_config_init(ivshm_ep_config_t *c);
+/* The two halves, for a front end with defaults of its own (the MPI
+ * component, the UCT transport): the table's defaults, then, over
+ * whatever the caller set in between, each IVSHM_* variable that is set
+ * and not empty. */
+void ivshm_ep_config_defaults(ivshm_ep_config_t *c);
+void ivshm_ep_config_env(ivshm_ep_config_t *c);
 /* The configuration table: entry i (NULL past the end), for tools and
  * docs (`ivshm config`). */
 typedef struct ivshm_config_param {
