@@ -138,6 +138,10 @@ for round in $(seq 1 "$rounds"); do
     done ;;
     esac
 done
+# the UCP set-ups are not alike in one setting, said with the table
+printf '\nUCP set-ups: ucp-ivshmem and ucp-ivs+tcp with UCX_RNDV_THRESH=inf (eager\n'
+printf 'through the region at every size), ucp-sm and ucp-tcp with UCX defaults\n'
+printf '(ucp-sm: rendezvous by cma single copy above its threshold)\n'
 printf '\n%-12s %-8s %-6s %8s %10s %10s %10s %12s\n' set-up test layout bytes "p50 us" "mean us" "MB/s" "msg/s"
 cat "$work"/*.r* | awk '
     { k = $1 " " $2 " " $3 " " $4; if (!(k in n)) order[m++] = k
