@@ -100,8 +100,9 @@ if ! grep -q '^IVT-END' "$log"; then
     tail -60 "$log"; tail -10 "$lv/log/qemu/$name-vm1.log" 2>/dev/null
 fi
 echo "test_libvirt_mpi: $pass passed, $fail failed"
-# every check must have run: 2 check-libvirt, detach and attach here; the
-# lead's ssh, 3 for the job, 3 under the unplug, 1 after the plug
-want=12
+# every check must have run: 2 check-libvirt, 2 AppArmor rules, detach
+# and attach here; the lead's ssh, 3 for the job, 3 under the unplug, 1
+# after the plug
+want=14
 [ "$pass" -eq "$want" ] || echo "FAIL: $pass checks passed, $want expected"
 [ "$fail" -eq 0 ] && [ "$pass" -eq "$want" ]
