@@ -300,9 +300,8 @@ ivshm_status_t ivshm_ep_connect(ivshm_ep_t *ep, const uint8_t *addr,
     return IVSHM_OK;
 }
 
-/* Tells senders that we may sleep (they ring from now on, see N0);
- * true the first time. */
-/* True the first time (senders may not see the flag yet: a grace). The
+/* Tells senders that we may sleep (they ring from now on, see N0).
+ * True the first time (senders may not see the flag yet: a grace). The
  * flag lives in the region, where any VM may clear it: our own word is
  * the truth, and the shared one is stored again at each wait, so a
  * cleared flag costs at most one bounded wait round, never the rings. */
@@ -338,6 +337,7 @@ ivshm_status_t ivshm_ep_wait(ivshm_ep_t *ep, int timeout_ms)
         while (!(w & 1) && !atomic_compare_exchange_weak(nw, &w, w | 1))
             ;
         w |= 1;
+        ep->liveness_due = true;
         if (ivshm_ep_progress(ep) > 0) {
             atomic_compare_exchange_strong(nw, &w, w & ~1ull);
             return IVSHM_OK;
@@ -393,6 +393,7 @@ ivshm_status_t ivshm_ep_arm(ivshm_ep_t *ep)
     uint64_t cnt;
     while (read(fd, &cnt, sizeof(cnt)) == sizeof(cnt)) /* O_NONBLOCK */
         ep->db->irqs += cnt;
+    ep->liveness_due = true; /* the pass after the wake judges peers */
     /* senders fence and ring only once they see may_block (N0; it costs
      * them a fence per send, so it is set at the first arm, not before),
      * which may take GRACE_NS; parked cells resolve by time, not by a

@@ -19,15 +19,19 @@
 #include <string.h>
 
 /* A queue that looks full: a claim is made only below tail + cells and
- * tail never passes head, so head - tail (read in this order) is at most
- * the FIFO's length. More is a head or tail that some writer scribbled:
- * waiting for room would wait for ever, so the peer is marked damaged and
- * its sends fail from now on (tx_peer), with one message. */
+ * tail never passes head, so at any one moment 0 <= head - tail <= cells.
+ * One moment: head, tail, head again, judged only when both heads agree
+ * (head only grows, so it did not move while tail was read; a stale tail
+ * against a newer head would look like a lap too many). Outside that is
+ * a head or tail that some writer scribbled: waiting for room would wait
+ * for ever, so the peer is marked damaged and its sends fail from now on
+ * (tx_peer), with one message. */
 static void fifo_check_lap(struct peer *p)
 {
-    uint64_t t = atomic_load_explicit(&p->ctl->tail, memory_order_acquire);
     uint64_t h = atomic_load_explicit(&p->ctl->head, memory_order_acquire);
-    if (h - t <= p->g.fifo_cells || p->damaged)
+    uint64_t t = atomic_load_explicit(&p->ctl->tail, memory_order_acquire);
+    uint64_t h2 = atomic_load_explicit(&p->ctl->head, memory_order_acquire);
+    if (h != h2 || h - t <= p->g.fifo_cells || p->damaged)
         return;
     p->damaged = true;
     ivshm__fail(IVSHM_ERR_CORRUPT,
@@ -210,8 +214,8 @@ bool ivshm__fifo_ready(ivshm_ep_t *ep)
 bool ivshm__fifo_idle(ivshm_ep_t *ep)
 {
     /* a claimed cell, published or not, moves head past rx_pos: a stopped
-     * claimer does not hide the cells after its own */
-    return !ep->npend && atomic_load_explicit(&ep->ctl->head,
-                                              memory_order_relaxed) ==
-                             ep->rx_pos;
+     * claimer does not hide the cells after its own. seq_cst: a waiter
+     * arms its wake-up bit (a seq_cst RMW) and then calls progress, whose
+     * first look is this load; N0 needs it ordered after the arm */
+    return !ep->npend && atomic_load(&ep->ctl->head) == ep->rx_pos;
 }

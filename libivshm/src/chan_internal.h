@@ -133,6 +133,7 @@ struct ivshm_ep {
     uint32_t npend;
     uint32_t polls;
     uint64_t last_liveness, last_gc;
+    bool liveness_due; /* a sleeper's next pass checks liveness (time-gated) */
     bool lease_reported;
     uint64_t blocking_since; /* first wait or event fd: may_block set */
     bool blocking; /* the truth of ctl->may_block, which any VM may clear */

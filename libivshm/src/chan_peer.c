@@ -66,7 +66,7 @@ ivshm_status_t ivshm__check_ctl(ivshm_region_t *r, uint32_t max_eps,
                            "one libivshm version in every VM of a job",
                            idx, (char)(g.magic >> 56), CTL_LAYOUT);
     ivshm_ep_config_t pc;
-    ivshm_ep_config_init(&pc);
+    ivshm_ep_config_defaults(&pc); /* not our $IVSHM_*: the peer's numbers */
     pc.fifo_cells = g.fifo_cells;
     pc.cell_size = g.cell_size;
     pc.fbox_cells = g.fbox_cells;
@@ -250,10 +250,17 @@ ivshm_status_t ivshm_ep_peer_silence(ivshm_ep_t *ep, uint32_t peer,
                                      uint64_t *silent_ms)
 {
     *silent_ms = 0;
-    ivshm_status_t st = ivshm_ep_peer_alive(ep, peer);
-    if (st != IVSHM_OK)
-        return st;
-    const struct peer *p = ep->peers[peer];
+    const struct peer *p = peer < ep->d->max_eps ? ep->peers[peer] : NULL;
+    if (!p || !p->valid)
+        return ivshm__fail(IVSHM_ERR_INVAL, "peer %u is not connected", peer);
+    /* a reclaim in progress (DOUBT) may still back off when the owner
+     * answers: no verdict yet */
+    enum ivshm_proc_state ps =
+        ivshm__proc_state(ep->r, p->owner_slot, p->owner_gen);
+    if (ps == PROC_GONE)
+        return ivshm__fail(IVSHM_ERR_PEER_DEAD, "peer %u's lease ended", peer);
+    if (ps == PROC_DOUBT)
+        return IVSHM_OK;
     struct ivshm_reg_slot *s = ivshm__reg(ep->r, p->owner_slot);
     uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
     uint64_t now = ivshm__now_ns();

@@ -79,7 +79,11 @@ int ivshm_ep_progress(ivshm_ep_t *ep)
                               memory_order_relaxed);
     }
 liveness:
-    if (ep->polls % LIVENESS_PERIOD == 0 || (ep->npend && n == 0)) {
+    /* a sleeper's pass (liveness_due) judges too: it makes few passes,
+     * and a peer's death rings nobody */
+    if (ep->polls % LIVENESS_PERIOD == 0 || ep->liveness_due ||
+        (ep->npend && n == 0)) {
+        ep->liveness_due = false;
         uint64_t now = ivshm__mono_ns();
         if (now - ep->last_liveness > LIVENESS_NS) {
             ep->last_liveness = now;

@@ -356,7 +356,10 @@ void mca_btl_ivshmem_teardown(void)
         c->dom = NULL;
     }
     if (c->r) {
-        /* cleared first: the lookup of ivshm/locate.h reads it once */
+        /* cleared first: the lookup of ivshm/locate.h reads it once, so a
+         * registration that starts from now on finds no region; one that
+         * read it just before may still use it while it closes (Open MPI
+         * closes the BTL after pml ucx, docs/ucx.md: no such caller then) */
         ivshm_region_t *r = c->r;
         __atomic_store_n(&c->r, NULL, __ATOMIC_RELEASE);
         ivshm_region_close(r);

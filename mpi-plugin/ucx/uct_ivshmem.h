@@ -42,7 +42,9 @@ typedef struct uct_ivshmem_dev_addr {
  * UCX 1.13 packs an interface address of at most 63 bytes. The wire
  * version names the layouts of this address and of the remote key, and
  * what the messages carry: two transports of different versions do not
- * reach each other (one line says so), never misread each other. */
+ * reach each other (one line says so). A build from before the version
+ * (a 56-byte address) is read one byte past its end, inside UCP's packed
+ * worker address: one in 256 such peers would pass this check. */
 #define UCT_IVSHMEM_WIRE_VERSION 1
 #define UCT_IVSHMEM_CHAN_TAIL (IVSHM_EP_ADDR_SIZE - 16)
 typedef struct uct_ivshmem_iface_addr {

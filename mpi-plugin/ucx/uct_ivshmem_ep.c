@@ -111,6 +111,7 @@ static void uct_ivshmem_ep_peer_check(uct_ivshmem_ep_t *ep,
 }
 
 static ucs_status_t uct_ivshmem_send_status(uct_ivshmem_iface_t *iface,
+                                            uct_ivshmem_ep_t *ep,
                                             ivshm_status_t st)
 {
     switch (st) {
@@ -121,6 +122,13 @@ static ucs_status_t uct_ivshmem_send_status(uct_ivshmem_iface_t *iface,
         return UCS_ERR_NO_RESOURCE;
     case IVSHM_ERR_PEER_DEAD:
         return UCS_ERR_CONNECTION_RESET;
+    case IVSHM_ERR_CORRUPT:
+        /* the peer's queue is damaged for good (docs/channels.md): its
+         * endpoints fail, said once */
+        ucs_error("ivshmem: send to channel peer %u failed: %s", ep->peer,
+                  ivshm_last_error());
+        uct_ivshmem_iface_fail_eps_later(iface, ep->peer, UCS_ERR_IO_ERROR);
+        return UCS_ERR_IO_ERROR;
     default:
         ucs_error("ivshmem: send failed: %s", ivshm_last_error());
         return UCS_ERR_IO_ERROR;
@@ -155,7 +163,7 @@ ucs_status_t uct_ivshmem_ep_am_short(uct_ep_h tl_ep, uint8_t id,
     if (st == IVSHM_ERR_NOTSUP) {
         st = ivshm_ep_reserve(iface->chan, ep->peer, total, &buf, &rsv);
         if (st != IVSHM_OK)
-            return uct_ivshmem_send_status(iface, st);
+            return uct_ivshmem_send_status(iface, ep, st);
         memcpy(buf, &header, sizeof(header));
         memcpy((char *)buf + sizeof(header), payload, length);
         st = ivshm_ep_commit(iface->chan, &rsv, id, total);
@@ -163,7 +171,7 @@ ucs_status_t uct_ivshmem_ep_am_short(uct_ep_h tl_ep, uint8_t id,
             ivshm_ep_cancel(iface->chan, &rsv);
     }
     if (st != IVSHM_OK)
-        return uct_ivshmem_send_status(iface, st);
+        return uct_ivshmem_send_status(iface, ep, st);
     iface->cnt.tx_msgs++;
     iface->cnt.tx_bytes += total;
     uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, buf, total,
@@ -192,7 +200,7 @@ ssize_t uct_ivshmem_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
     ivshm_status_t st = ivshm_ep_try_send(iface->chan, ep->peer, id,
                                           iface->tx_buf, length);
     if (st != IVSHM_OK)
-        return uct_ivshmem_send_status(iface, st);
+        return uct_ivshmem_send_status(iface, ep, st);
     iface->cnt.tx_msgs++;
     iface->cnt.tx_bytes += length;
     uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id,

@@ -79,12 +79,12 @@ ucs_status_t uct_ivshmem_iface_event_arm(uct_iface_h tl_iface, unsigned events)
     /* a pending send completes only by our own progress */
     if ((events & UCT_EVENT_SEND_COMP) && iface->pending_eps)
         return UCS_ERR_BUSY;
-    if (!(events & UCT_EVENT_RECV))
-        return UCS_OK;
     uint64_t ticks;
     if (iface->event_timer >= 0 &&
         read(iface->event_timer, &ticks, sizeof(ticks)) == sizeof(ticks))
         return UCS_ERR_BUSY; /* the timer fired: progress first */
+    if (!(events & UCT_EVENT_RECV))
+        return UCS_OK;
     switch (ivshm_ep_arm(iface->chan)) {
     case IVSHM_OK:
         return UCS_OK;

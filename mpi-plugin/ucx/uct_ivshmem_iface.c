@@ -234,9 +234,15 @@ int uct_ivshmem_iface_reaches(uct_iface_h tl_iface,
         return 0;
     }
     if (peer.version != UCT_IVSHMEM_WIRE_VERSION) {
-        ucs_diag("ivshmem: a peer's transport speaks wire version %u, this "
-                 "one %u (another libuct_ivshmem build): not reached through "
-                 "the region", peer.version, UCT_IVSHMEM_WIRE_VERSION);
+        /* said once per process: UCP asks again for every lane it weighs */
+        static int said;
+        if (!said) {
+            said = 1;
+            ucs_warn("ivshmem: a peer's transport speaks wire version %u, "
+                     "this one %u (another libuct_ivshmem build): not "
+                     "reached through the region",
+                     peer.version, UCT_IVSHMEM_WIRE_VERSION);
+        }
         return 0;
     }
     if (peer.max_bcopy != iface->max_bcopy) {

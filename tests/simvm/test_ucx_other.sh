@@ -19,12 +19,7 @@ command -v ucx_info >/dev/null || simvm_skip "no ucx_info (ucx-utils)"
     simvm_skip "IVSHM_OTHER_UCT names no transport built for another UCX"
 ucx_ver=$(pkg-config --modversion ucx)
 
-work=$(mktemp -d)
-trap '"$SIMVM" down; rm -rf "$work"' EXIT
-trap 'exit 1' INT TERM
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok: $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+simvm_checks
 refusal="libuct_ivshmem: built for UCX [0-9.]*, but this process runs UCX $ucx_ver"
 
 # ---- 1. ucx_info
@@ -62,5 +57,4 @@ else
     grep -av "bad prefix\|pmix_mca_\|^ *$" "$work/job.out" | tail -15
 fi
 
-echo "test_ucx_other: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+simvm_checks_end test_ucx_other
