@@ -85,9 +85,7 @@ ivshm_status_t ivshm_ep_config_check(const ivshm_ep_config_t *c)
         return ivshm__fail(IVSHM_ERR_INVAL,
                            "IVSHM_CELL_SIZE %u is not a multiple of 64",
                            c->cell_size);
-    uint64_t fbox = c->fbox_cells ? sizeof(struct fbox_hdr) +
-                                        (uint64_t)c->fbox_cells * c->cell_size
-                                  : 0;
+    uint64_t fbox = (uint64_t)c->fbox_cells * c->cell_size; /* its ring */
     if (fbox > FBOX_MAX)
         return ivshm__fail(IVSHM_ERR_INVAL,
                            "a fast box of %llu bytes exceeds %u; lower "

@@ -26,20 +26,28 @@ static inline enum ivshm_proc_state lender_state(ivshm_ep_t *ep,
 
 /* Copies the cell's header into c (read once); a short cell's payload
  * comes along in the same line. */
-static inline void read_cell(const ivshm_ep_t *ep, const struct cell *shared,
+/* The payload's further lines are fetched while the header is checked
+ * and the handler matches it, not when it copies them (only hints: bounded
+ * by the cell's room, never faulting). */
+static inline void prefetch_payload(const char *data, uint64_t bytes)
+{
+    const char *end = data + bytes;
+    for (const char *l = (const char *)(((uintptr_t)data | 63) + 1); l < end;
+         l += 64)
+        __builtin_prefetch(l, 0, 3);
+}
+
+static inline void read_cell(const struct cell *shared, uint32_t room,
                              struct cell *c)
 {
     memcpy(c, shared, CELL_HDR);
     if (c->type == CELL_SHORT || c->type == CELL_INLINE) {
-        /* the payload's further lines are fetched while the header is
-         * checked and the handler matches it, not when it copies them
-         * (only hints: bounded by our cell, never faulting) */
-        uint64_t end = (uint64_t)c->len +
-                       (c->type == CELL_SHORT ? CELL_SHORT_HDR : CELL_HDR);
-        if (end > ep->g.cell_size)
-            end = ep->g.cell_size;
-        for (uint64_t off = 64; off < end; off += 64)
-            __builtin_prefetch((const char *)shared + off, 0, 3);
+        uint64_t hdr = c->type == CELL_SHORT ? CELL_SHORT_HDR : CELL_HDR;
+        uint64_t end = hdr + c->len;
+        if (end > room)
+            end = room;
+        if (end > hdr)
+            prefetch_payload((const char *)shared + hdr, end - hdr);
     }
 }
 
@@ -71,7 +79,7 @@ static bool wait_for_predecessor(ivshm_ep_t *ep, struct peer *p,
                                  const struct cell *c, int32_t d,
                                  uint64_t *since)
 {
-    if ((uint32_t)d > ep->g.fifo_cells + ep->cfg.fbox_cells + PENDING_MAX) {
+    if ((uint32_t)d > pseq_window(&ep->g)) {
         ivshm__drop(ep);
         return true;
     }
@@ -101,7 +109,7 @@ enum cell_kind { CELL_IS_MESSAGE, CELL_IS_CONTROL, CELL_IS_BAD };
 static inline enum cell_kind cell_message(ivshm_ep_t *ep, struct peer *p,
                                           const struct cell *c,
                                           const struct cell *shared,
-                                          ivshm_msg_t *m)
+                                          uint32_t room, ivshm_msg_t *m)
 {
     *m = (ivshm_msg_t){.sender = c->sender,
                        .tag = c->tag,
@@ -110,15 +118,15 @@ static inline enum cell_kind cell_message(ivshm_ep_t *ep, struct peer *p,
                        .total = c->total};
     switch (c->type) {
     case CELL_SHORT:
-        if (c->len > ep->g.cell_size - CELL_SHORT_HDR)
+        if ((uint64_t)c->len + CELL_SHORT_HDR > room)
             return CELL_IS_BAD;
         m->offset = 0;
         m->total = c->len;
         m->data = (const char *)shared + CELL_SHORT_HDR;
         return CELL_IS_MESSAGE;
     case CELL_INLINE:
-        /* the cell is ours: our cell size bounds it, not the sender's */
-        if (c->len > ep->g.cell_size - CELL_HDR || c->offset > c->total ||
+        /* the cell is ours: its room bounds it, not the sender's word */
+        if ((uint64_t)c->len + CELL_HDR > room || c->offset > c->total ||
             c->len > c->total - c->offset)
             return CELL_IS_BAD;
         m->data = (const char *)shared + CELL_HDR;
@@ -176,10 +184,10 @@ static inline void ack_lender(ivshm_ep_t *ep, struct peer *p,
 }
 
 bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
-                    uint64_t *since)
+                    uint32_t room, uint64_t *since)
 {
     struct cell c;
-    read_cell(ep, shared, &c);
+    read_cell(shared, room, &c);
     bool wait;
     struct peer *p = cell_sender(ep, &c, expect, &wait);
     if (!p) {
@@ -205,7 +213,7 @@ bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
         return true;
     }
     ivshm_msg_t m;
-    switch (cell_message(ep, p, &c, shared, &m)) {
+    switch (cell_message(ep, p, &c, shared, room, &m)) {
     case CELL_IS_MESSAGE:
         break;
     case CELL_IS_CONTROL:
@@ -235,5 +243,35 @@ bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
 bad:
     p->pseq_in++; /* the piece is consumed, dropped */
     ivshm__drop(ep);
+    return true;
+}
+
+bool ivshm__deliver_msg(ivshm_ep_t *ep, uint32_t idx, uint64_t w,
+                        const char *data, uint64_t *since)
+{
+    /* a fast box carries its one sender's life only */
+    struct peer *p = ep->peers[idx];
+    uint32_t len = FBOX_LEN(w);
+    prefetch_payload(data, len);
+    /* 16 bits of the pair's sequence (fbox_msg_ok: unambiguous) */
+    int32_t d = (int16_t)(FBOX_PSEQ(w) - (uint16_t)p->pseq_in);
+    if (d > 0) {
+        struct cell c = {.pseq = p->pseq_in + (uint32_t)d,
+                         .sender = (uint16_t)idx};
+        return wait_for_predecessor(ep, p, &c, d, since);
+    }
+    if (d < 0) {
+        ivshm__drop(ep); /* replay */
+        return true;
+    }
+    ivshm_msg_t m = {.sender = idx,
+                     .tag = FBOX_TAG(w),
+                     .len = len,
+                     .offset = 0,
+                     .total = len,
+                     .data = data};
+    hand_over(ep, p, &m);
+    ep->st.msgs_in++;
+    ep->st.bytes_in += len;
     return true;
 }

@@ -1,15 +1,25 @@
 /*
- * Fast boxes: a single-producer ring a receiver grants to one hot sender
- * (asked for by a CELL_FBOX_REQ after fbox_threshold sends). The receiver
- * owns the memory (banks of FBOX_BANK bytes) and sizes every box by its
- * own published geometry (fbox_cells x cell_size); the grant word names
- * the life (epoch) of the sender it was made for.
+ * Fast boxes: a single-producer ring of bytes a receiver grants to one hot
+ * sender (asked for by a CELL_FBOX_REQ after fbox_threshold sends). The
+ * receiver owns the memory (banks of FBOX_BANK bytes) and sizes every box
+ * by its own published geometry (fbox_cells x cell_size bytes); the grant
+ * word names the life (epoch) of the sender it was made for. Entries are
+ * packed at 16 bytes (chan_layout.h): a small message shares its line with
+ * the next, as in Open MPI's vader, where a cell a message would cost a
+ * line (and the sender its transfer) each.
  *
- *  F0 sender writes a cell, then release-stores its seq (as C1);
- *  F1 receiver release-stores the box's tail after consuming cells;
- *     the sender acquire-loads it only when the box looks full;
+ *  F0 sender writes an entry, zeroes the word after it where that is free,
+ *     then release-stores the entry's word (kind and seq);
+ *  F1 receiver release-stores the box's tail (bytes) after consuming
+ *     entries; the sender acquire-loads it only when the box looks full;
  *  F2 receiver zeroes the box, then release-stores the grant; the sender
  *     acquire-loads the grant before its first write.
+ *
+ * A reader finds an entry by its word only: a word of an earlier lap has
+ * another seq (a lap holds at most ring/16 entries), and bytes of an
+ * earlier lap's payload are never read as a word, since the writer zeroes
+ * the word after each entry (or that place is the reader's own tail, an
+ * entry of the earlier lap, or the ring's start, where every lap begins).
  */
 #include "chan_internal.h"
 
@@ -24,11 +34,11 @@ void ivshm__fbox_check_grant(ivshm_ep_t *ep, struct peer *p)
     if (!w)
         return;
     uint64_t off = GRANT_OFF(w);
-    uint64_t bytes = sizeof(struct fbox_hdr) +
-                     (uint64_t)p->g.fbox_cells * p->g.cell_size;
+    uint64_t ring = (uint64_t)p->g.fbox_cells * p->g.cell_size;
+    uint64_t bytes = sizeof(struct fbox_hdr) + ring + FBOX_SLACK;
     if (GRANT_EPOCH(w) != (ep->epoch & 0xffffffu))
         return; /* made for an earlier life of our index: not ours */
-    if (!p->g.fbox_cells ||
+    if (!p->g.fbox_cells || ring > FBOX_MAX ||
         !ivshm__owned_by(ep->r, off, bytes, p->owner_slot, p->owner_gen)) {
         BUMP(ep, invalid, 1);
         p->fbox_asked = true; /* do not look again */
@@ -38,23 +48,70 @@ void ivshm__fbox_check_grant(ivshm_ep_t *ep, struct peer *p)
     p->tx_fbox = (char *)p->tx_fbox_hdr + sizeof(struct fbox_hdr);
     p->tx_fbox_pos = 0;
     p->tx_fbox_tail = 0;
+    p->tx_fbox_off = 0;
+    p->tx_fbox_ring = (uint32_t)ring;
+    p->tx_fbox_seq = 0;
+    p->tx_fbox_msg = fbox_msg_ok(&p->g);
     BUMP(ep, fbox_used, 1);
 }
 
-/* A cell of the box the peer granted us, NULL if it has none or is full.
- * Sized by the receiver's published geometry, never ours. */
-struct cell *ivshm__fbox_claim(struct peer *p, uint64_t *pos)
+static inline _Atomic uint64_t *entry_word(char *at)
+{
+    return (_Atomic uint64_t *)at;
+}
+
+char *ivshm__fbox_entry(struct peer *p, uint32_t len, uint16_t *seq)
 {
     if (!p->tx_fbox)
         return NULL;
-    uint32_t n = p->g.fbox_cells;
-    if (ring_full(p->tx_fbox_pos, p->tx_fbox_tail, n))
+    uint32_t ring = p->tx_fbox_ring, off = p->tx_fbox_off;
+    uint32_t size = fbox_entry_size(off, len), skip = 0;
+    /* an entry never wraps: the ring's end is skipped where it is short */
+    if (ring - off < size) {
+        skip = ring - off;
+        size = fbox_entry_size(0, len);
+    }
+    uint64_t need = (uint64_t)skip + size;
+    /* the tail is the receiver's word: one that claims more than a ring
+     * in use (or less than nothing) leaves no room */
+    uint64_t used = p->tx_fbox_pos - p->tx_fbox_tail;
+    if (used > ring || ring - used < need) {
         p->tx_fbox_tail = atomic_load_explicit(&p->tx_fbox_hdr->tail,
                                                memory_order_acquire); /* F1 */
-    if (ring_full(p->tx_fbox_pos, p->tx_fbox_tail, n))
+        used = p->tx_fbox_pos - p->tx_fbox_tail;
+        if (used > ring || ring - used < need)
+            return NULL;
+    }
+    if (skip) {
+        ivshm__publish_word(entry_word(p->tx_fbox + off),
+                            FBOX_WORD(++p->tx_fbox_seq, FBOX_SKIP, 0, 0, 0));
+        off = 0;
+    }
+    char *at = p->tx_fbox + off;
+    p->tx_fbox_pos += need;
+    off += size;
+    /* F0: the word after this entry reads "nothing yet" before this
+     * entry's own word is published (stores in order, its word last) */
+    if (off < ring && ring - (used + need) > 0)
+        atomic_store_explicit(entry_word(p->tx_fbox + off), 0,
+                              memory_order_relaxed);
+    p->tx_fbox_off = off == ring ? 0 : off;
+    *seq = ++p->tx_fbox_seq;
+    return at;
+}
+
+struct cell *ivshm__fbox_claim(struct peer *p, uint32_t bytes, uint64_t *pos)
+{
+    uint16_t seq;
+    /* room for a whole header: a cancelled reservation publishes a NOP
+     * (a full header) where the short form was claimed */
+    if (bytes < CELL_HDR)
+        bytes = CELL_HDR;
+    char *at = ivshm__fbox_entry(p, bytes, &seq);
+    if (!at)
         return NULL;
-    *pos = p->tx_fbox_pos++;
-    return (struct cell *)(p->tx_fbox + (*pos & (n - 1)) * p->g.cell_size);
+    *pos = FBOX_POS(seq, bytes);
+    return (struct cell *)(at + 8);
 }
 
 /* Grants a fast box to sender p (index idx) if the budget allows. */
@@ -102,6 +159,9 @@ void ivshm__fbox_grant(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
     p->rx_fbox = fb + sizeof(struct fbox_hdr);
     p->rx_fbox_pos = 0;
     p->rx_fbox_released = 0;
+    p->rx_fbox_off = 0;
+    p->rx_fbox_seq = 0;
+    p->rx_fbox_bad = false;
     p->rx_fbox_wait = 0;
     p->rx_fbox_slot = bank * 32 + slot;
     ep->active[ep->nactive++] = idx;
@@ -131,10 +191,45 @@ void ivshm__fbox_release(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
     ep->fbox_granted--;
 }
 
+/* The word of the entry at the head of p's box, if one is published
+ * there (F0, reader). A box found broken is not read again. */
+static inline bool head_entry(const struct peer *p, uint64_t *w)
+{
+    if (p->rx_fbox_bad)
+        return false;
+    uint64_t v = atomic_load_explicit(entry_word(p->rx_fbox + p->rx_fbox_off),
+                                      memory_order_acquire);
+    *w = v;
+    return FBOX_KIND(v) && FBOX_SEQ(v) == (uint16_t)(p->rx_fbox_seq + 1);
+}
+
+/* Bytes the entry with word w at offset off takes, 0 if it breaks the
+ * rules of our boxes (its sender wrote it: untrusted). */
+static uint32_t entry_size(const ivshm_ep_t *ep, uint64_t w, uint32_t off)
+{
+    uint32_t ring = ep->fbox_ring, size;
+    switch (FBOX_KIND(w)) {
+    case FBOX_SKIP:
+        return ring - off;
+    case FBOX_MSG:
+        if (FBOX_LEN(w) > ep->g.cell_size - CELL_SHORT_HDR ||
+            !fbox_msg_ok(&ep->g))
+            return 0;
+        break;
+    case FBOX_CELL:
+        if (FBOX_LEN(w) < CELL_SHORT_HDR || FBOX_LEN(w) > ep->g.cell_size)
+            return 0;
+        break;
+    default:
+        return 0;
+    }
+    size = fbox_entry_size(off, FBOX_LEN(w));
+    return size <= ring - off ? size : 0;
+}
+
 int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
 {
     int n = 0;
-    uint32_t cells = ep->cfg.fbox_cells;
     ep->pass_fbox_whole = true;
     for (uint32_t i = 0; i < ep->nactive; i++) {
         if (n >= budget) {
@@ -145,24 +240,43 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
         struct peer *p = ep->peers[idx];
         if (!p || !p->rx_fbox)
             continue;
-        int k = 0;
+        int k = 0; /* entries read, skips included (they bound the loop) */
         bool drained = false, waits = false;
-        while (n < budget) {
-            uint64_t pos = p->rx_fbox_pos;
-            struct cell *c = (struct cell *)(p->rx_fbox +
-                                             (pos & (cells - 1)) *
-                                                 ep->g.cell_size);
-            if (atomic_load_explicit(&c->seq, memory_order_acquire) != pos + 1) {
-                drained = true; /* F0 (reader) */
+        while (n < budget && k < budget) {
+            uint64_t w;
+            if (!head_entry(p, &w)) {
+                drained = true;
                 break;
             }
-            if (!ivshm__deliver(ep, c, (int)idx, &p->rx_fbox_wait)) {
+            uint32_t off = p->rx_fbox_off;
+            uint32_t size = entry_size(ep, w, off);
+            if (!size) {
+                /* its entries can no longer be found: the pair's later
+                 * pieces come through the FIFO, after a resync */
+                ivshm__drop(ep);
+                p->rx_fbox_bad = true;
+                drained = true;
+                break;
+            }
+            char *at = p->rx_fbox + off;
+            bool done = true;
+            if (FBOX_KIND(w) == FBOX_MSG)
+                done = ivshm__deliver_msg(ep, idx, w, at + 8,
+                                          &p->rx_fbox_wait);
+            else if (FBOX_KIND(w) == FBOX_CELL)
+                done = ivshm__deliver(ep, (const struct cell *)(at + 8),
+                                      (int)idx, FBOX_LEN(w),
+                                      &p->rx_fbox_wait);
+            if (!done) {
                 waits = true; /* its head waits: looked at to the end */
-                break; /* its FIFO predecessors first */
+                break;        /* its FIFO predecessors first */
             }
             p->rx_fbox_wait = 0;
-            p->rx_fbox_pos++;
-            n++;
+            p->rx_fbox_pos += size;
+            p->rx_fbox_off = off + size == ep->fbox_ring ? 0 : off + size;
+            p->rx_fbox_seq++;
+            if (FBOX_KIND(w) != FBOX_SKIP)
+                n++;
             k++;
             if (!p->rx_fbox)
                 break; /* sender died in the handler's wake */
@@ -175,8 +289,9 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
             continue;
         }
         if (p->rx_fbox && k &&
-            (p->rx_fbox_pos - p->rx_fbox_released >= cells / 4 || n < budget)) {
-            /* F1: release consumed fast-box cells */
+            (p->rx_fbox_pos - p->rx_fbox_released >= ep->fbox_ring / 4 ||
+             n < budget)) {
+            /* F1: release consumed fast-box bytes */
             atomic_store_explicit(&p->rx_fbox_hdr->tail, p->rx_fbox_pos,
                                   memory_order_release);
             p->rx_fbox_released = p->rx_fbox_pos;
@@ -185,22 +300,12 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
     return n;
 }
 
-/* Is a cell published at the head of p's box? */
-static bool head_published(const ivshm_ep_t *ep, const struct peer *p)
-{
-    uint64_t pos = p->rx_fbox_pos;
-    const struct cell *c =
-        (const struct cell *)(p->rx_fbox + (pos & (ep->cfg.fbox_cells - 1)) *
-                                               ep->g.cell_size);
-    return atomic_load_explicit(&c->seq, memory_order_acquire) ==
-           pos + 1; /* F0 (reader) */
-}
-
 bool ivshm__fbox_ready(ivshm_ep_t *ep)
 {
+    uint64_t w;
     for (uint32_t i = 0; i < ep->nactive; i++) {
         const struct peer *p = ep->peers[ep->active[i]];
-        if (p && p->rx_fbox && head_published(ep, p))
+        if (p && p->rx_fbox && head_entry(p, &w))
             return true;
     }
     return false;
@@ -208,10 +313,11 @@ bool ivshm__fbox_ready(ivshm_ep_t *ep)
 
 bool ivshm__fbox_idle(ivshm_ep_t *ep)
 {
+    uint64_t w;
     for (uint32_t i = 0; i < ep->nactive; i++) {
         const struct peer *p = ep->peers[ep->active[i]];
         /* a dead sender's drained box is released by the poll */
-        if (p && p->rx_fbox && (p->dead || head_published(ep, p)))
+        if (p && p->rx_fbox && (p->dead || head_entry(p, &w)))
             return false;
     }
     return true;

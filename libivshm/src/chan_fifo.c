@@ -140,7 +140,7 @@ int ivshm__fifo_poll(ivshm_ep_t *ep, int budget)
         struct cell *c = fifo_cell(ep, pd->pos);
         bool done;
         if (published(c, pd->pos)) {
-            done = ivshm__deliver(ep, c, -1, &pd->first_seen);
+            done = ivshm__deliver(ep, c, -1, ep->g.cell_size, &pd->first_seen);
             n += done;
         } else {
             if (!now)
@@ -151,7 +151,7 @@ int ivshm__fifo_poll(ivshm_ep_t *ep, int budget)
             if (done && published(c, pd->pos)) {
                 /* published after all (then its claimer left): deliver
                  * what can be, in order */
-                done = ivshm__deliver(ep, c, -1, &pd->first_seen);
+                done = ivshm__deliver(ep, c, -1, ep->g.cell_size, &pd->first_seen);
                 n += done;
             } else if (done) {
                 ivshm__drop(ep);
@@ -170,7 +170,7 @@ int ivshm__fifo_poll(ivshm_ep_t *ep, int budget)
         struct cell *c = fifo_cell(ep, pos);
         uint64_t since = 0;
         if (published(c, pos)) {
-            if (ivshm__deliver(ep, c, -1, &since)) {
+            if (ivshm__deliver(ep, c, -1, ep->g.cell_size, &since)) {
                 n++;
                 ep->rx_pos++;
                 continue;

@@ -31,6 +31,39 @@
  * allocation of its own; this bounds what one grant costs the receiver. */
 #define FBOX_MAX (4u * FBOX_BANK)
 
+/* A claimed box entry, as ivshm__publish gets it in place of a FIFO
+ * position (those stay below 2^63): the entry's seq and the bytes of the
+ * cell it holds. */
+#define FBOX_POS_FLAG (1ull << 63)
+#define FBOX_POS(seq, bytes)                                                 \
+    (FBOX_POS_FLAG | ((uint64_t)(uint16_t)(seq) << 16) | (uint16_t)(bytes))
+
+/* The store that publishes a cell or a box entry (C1/F0). GCC's TSan
+ * cannot model the fence of N0 (chan_send.c): its builds store seq_cst. */
+static inline void ivshm__publish_word(_Atomic uint64_t *w, uint64_t v)
+{
+#if defined(__SANITIZE_THREAD__)
+    atomic_store_explicit(w, v, memory_order_seq_cst);
+#else
+    atomic_store_explicit(w, v, memory_order_release);
+#endif
+}
+
+/* How far ahead of the pair's next a piece may be (the receiver's FIFO,
+ * one box of the smallest entries, what it parks). */
+static inline uint64_t pseq_window(const struct ctl_geom *g)
+{
+    return (uint64_t)g->fifo_cells +
+           (uint64_t)g->fbox_cells * g->cell_size / FBOX_ALIGN + PENDING_MAX;
+}
+/* FBOX_MSG entries carry 16 bits of the pair's sequence: only where no
+ * two pieces in flight can share them. Both sides judge by the receiver's
+ * geometry. */
+static inline bool fbox_msg_ok(const struct ctl_geom *g)
+{
+    return pseq_window(g) < 32768;
+}
+
 struct ivshm_domain {
     ivshm_region_t *r;
     ivshm_job_t *job;
@@ -61,16 +94,24 @@ struct peer {
     uint32_t pseq_out;
     uint32_t sends;
     bool fbox_asked;
-    char *tx_fbox; /* fast box it granted us */
+    char *tx_fbox; /* fast box it granted us (its ring) */
     struct fbox_hdr *tx_fbox_hdr;
+    /* bytes written (skips included) and released, as positions; the
+     * write offset in the ring; entries written (FBOX_SEQ) */
     uint64_t tx_fbox_pos, tx_fbox_tail;
+    uint32_t tx_fbox_off, tx_fbox_ring;
+    uint16_t tx_fbox_seq;
+    bool tx_fbox_msg; /* FBOX_MSG entries allowed (fbox_msg_ok) */
     uint64_t region_tickets;
     bool peer_may_block; /* it has blocked once: wake it with a fence */
     /* we receive from it */
     uint32_t pseq_in;
-    char *rx_fbox; /* fast box we granted it */
+    char *rx_fbox; /* fast box we granted it (its ring) */
     struct fbox_hdr *rx_fbox_hdr;
-    uint64_t rx_fbox_pos, rx_fbox_released;
+    uint64_t rx_fbox_pos, rx_fbox_released; /* bytes read, released */
+    uint32_t rx_fbox_off; /* read offset in the ring */
+    uint16_t rx_fbox_seq; /* entries read */
+    bool rx_fbox_bad; /* an entry broke the box's rules: not read again */
     uint64_t rx_fbox_wait; /* since when its box waits on a gap, 0: not */
     bool rx_held; /* a piece of it waits for its lease (not a gap) */
     /* a gap in its pieces: the lowest waiting pseq seen in progress call
@@ -139,7 +180,8 @@ struct ivshm_ep {
     bool blocking; /* the truth of ctl->may_block, which any VM may clear */
     struct fbox_bank *banks;
     uint32_t nbanks;
-    uint32_t fbox_bytes;
+    uint32_t fbox_bytes; /* a box we grant: header, ring and slack */
+    uint32_t fbox_ring;  /* its ring: fbox_cells x cell_size */
     uint32_t fbox_granted;
     bool in_handler;
     struct {
@@ -190,7 +232,13 @@ bool ivshm__fifo_idle(ivshm_ep_t *ep);
 
 /* chan_fbox.c */
 void ivshm__fbox_check_grant(ivshm_ep_t *ep, struct peer *p);
-struct cell *ivshm__fbox_claim(struct peer *p, uint64_t *pos);
+/* Room for an entry of len bytes after its word in the box p granted us:
+ * its place, with its seq in *seq, or NULL if there is no box or no room.
+ * The word after it is zeroed where that is free. */
+char *ivshm__fbox_entry(struct peer *p, uint32_t len, uint16_t *seq);
+/* The same for a cell of `bytes` bytes (its header included) in an
+ * FBOX_CELL entry; *pos is what ivshm__publish needs (FBOX_POS). */
+struct cell *ivshm__fbox_claim(struct peer *p, uint32_t bytes, uint64_t *pos);
 void ivshm__fbox_grant(ivshm_ep_t *ep, struct peer *p, uint32_t idx);
 void ivshm__fbox_release(ivshm_ep_t *ep, struct peer *p, uint32_t idx);
 int ivshm__fbox_poll(ivshm_ep_t *ep, int budget);
@@ -215,9 +263,14 @@ void ivshm__frag_linger(ivshm_ep_t *ep);
 /* chan_deliver.c */
 /* Validates one published cell and delivers it; false if it must wait.
  * expect: the only sender this queue may carry (a fast box), or -1.
+ * room: bytes of our memory from the cell's start that are its own.
  * since: when this cell was first found waiting (0: now). */
 bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
-                    uint64_t *since);
+                    uint32_t room, uint64_t *since);
+/* The same for an FBOX_MSG entry (header word w, payload at data) of the
+ * box of peer idx. */
+bool ivshm__deliver_msg(ivshm_ep_t *ep, uint32_t idx, uint64_t w,
+                        const char *data, uint64_t *since);
 void ivshm__drop(ivshm_ep_t *ep);
 
 /* chan_send.c */

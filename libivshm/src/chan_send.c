@@ -22,16 +22,8 @@
  * that no wake-up can be lost. GCC's TSan cannot model fences: its builds
  * use a seq_cst store. */
 #if defined(__SANITIZE_THREAD__)
-static inline void publish_seq(_Atomic uint64_t *seq, uint64_t v)
-{
-    atomic_store_explicit(seq, v, memory_order_seq_cst);
-}
-#define STORE_LOAD_FENCE() ((void)0)
+#define STORE_LOAD_FENCE() ((void)0) /* ivshm__publish_word is seq_cst */
 #else
-static inline void publish_seq(_Atomic uint64_t *seq, uint64_t v)
-{
-    atomic_store_explicit(seq, v, memory_order_release);
-}
 #define STORE_LOAD_FENCE() atomic_thread_fence(memory_order_seq_cst)
 #endif
 
@@ -89,18 +81,52 @@ void ivshm__publish(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
         memcpy((char *)c + from, (char *)&h + from, CELL_HDR - from);
     IVSHM_TEST_STEP("claim"); /* between claim and publish */
     /* C1/F0: the cell's contents happen-before the consumer's read */
-    publish_seq(&c->seq, pos + 1);
+    if (pos & FBOX_POS_FLAG)
+        ivshm__publish_word((_Atomic uint64_t *)((char *)c - 8),
+                            FBOX_WORD(pos >> 16, FBOX_CELL, 0, pos, 0));
+    else
+        ivshm__publish_word(&c->seq, pos + 1);
     IVSHM_TEST_STEP("publish");
     BUMP(ep, msgs_out, 1);
     BUMP(ep, bytes_out, len);
     wake(ep, p, idx);
 }
 
-/* A cell for one piece: the fast box if we have one with room, else a
- * FIFO position. NULL if both are full. */
-static struct cell *claim_cell(ivshm_ep_t *ep, struct peer *p, uint64_t *pos)
+/* A whole message of head and body straight into an FBOX_MSG entry of
+ * the peer's box: an 8-byte word instead of a cell's 32-byte header, and
+ * 16-byte packing (chan_fbox.c). False if it cannot go so (no box, no
+ * room, a tag or length the form cannot carry): another form takes it. */
+static bool send_msg_box(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
+                         uint32_t tag, const void *head, size_t head_len,
+                         const void *body, size_t body_len)
 {
-    struct cell *c = ivshm__fbox_claim(p, pos);
+    size_t len = head_len + body_len;
+    if (!p->tx_fbox_msg || tag > 255 ||
+        len > p->g.cell_size - CELL_SHORT_HDR)
+        return false;
+    uint16_t seq;
+    char *at = ivshm__fbox_entry(p, (uint32_t)len, &seq);
+    if (!at)
+        return false;
+    memcpy(at + 8, head, head_len);
+    if (body_len)
+        memcpy(at + 8 + head_len, body, body_len);
+    IVSHM_TEST_STEP("claim");
+    ivshm__publish_word((_Atomic uint64_t *)at,
+                        FBOX_WORD(seq, FBOX_MSG, tag, len, p->pseq_out++));
+    IVSHM_TEST_STEP("publish");
+    BUMP(ep, msgs_out, 1);
+    BUMP(ep, bytes_out, len);
+    wake(ep, p, idx);
+    return true;
+}
+
+/* A cell of `bytes` bytes (header included) for one piece: the fast box
+ * if we have one with room, else a FIFO position. NULL if both are full. */
+static struct cell *claim_cell(ivshm_ep_t *ep, struct peer *p, uint32_t bytes,
+                               uint64_t *pos)
+{
+    struct cell *c = ivshm__fbox_claim(p, bytes, pos);
     return c ? c : ivshm__fifo_claim(ep, p, pos);
 }
 
@@ -111,7 +137,7 @@ static void maybe_ask_fbox(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
         ++p->sends < ep->cfg.fbox_threshold)
         return;
     uint64_t pos;
-    struct cell *c = claim_cell(ep, p, &pos);
+    struct cell *c = claim_cell(ep, p, CELL_HDR, &pos);
     if (!c)
         return;
     p->fbox_asked = true;
@@ -188,12 +214,16 @@ static ivshm_status_t send_piece(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
     uint64_t pos;
     int f = -1;
     uint16_t form = piece_form(p->g.cell_size, len, offset, total);
+    if (form != CELL_FRAG && offset == 0 && total == len &&
+        send_msg_box(ep, p, idx, tag, buf, len, NULL, 0))
+        return IVSHM_OK;
     if (form == CELL_FRAG) {
         f = ivshm__frag_take(ep);
         if (f < 0)
             return IVSHM_ERR_AGAIN;
     }
-    struct cell *c = claim_cell(ep, p, &pos);
+    struct cell *c = claim_cell(
+        ep, p, f < 0 ? form_hdr(form) + len : CELL_HDR, &pos);
     if (!c) {
         BUMP(ep, stalls, 1);
         return IVSHM_ERR_AGAIN;
@@ -237,9 +267,12 @@ ivshm_status_t ivshm_ep_try_send2(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
     size_t len = head_len + body_len;
     if (len > p->g.cell_size - CELL_SHORT_HDR)
         return IVSHM_ERR_NOTSUP; /* not inline in this peer's cells */
+    if (send_msg_box(ep, p, peer, tag, head, head_len, body, body_len))
+        return IVSHM_OK;
     uint16_t form = piece_form(p->g.cell_size, (uint32_t)len, 0, len);
     uint64_t pos;
-    struct cell *c = claim_cell(ep, p, &pos);
+    struct cell *c =
+        claim_cell(ep, p, form_hdr(form) + (uint32_t)len, &pos);
     if (!c) {
         BUMP(ep, stalls, 1);
         return IVSHM_ERR_AGAIN;
@@ -322,7 +355,8 @@ ivshm_status_t ivshm_ep_reserve(ivshm_ep_t *ep, uint32_t peer, size_t len,
     uint16_t form = piece_form(p->g.cell_size, (uint32_t)len, 0, len);
     if (form == CELL_FRAG && (f = ivshm__frag_take(ep)) < 0)
         return IVSHM_ERR_AGAIN;
-    struct cell *c = claim_cell(ep, p, &rsv->pos);
+    struct cell *c = claim_cell(
+        ep, p, f >= 0 ? CELL_HDR : form_hdr(form) + (uint32_t)len, &rsv->pos);
     if (!c) {
         BUMP(ep, stalls, 1);
         return IVSHM_ERR_AGAIN; /* the fragment stays free: not lent */
@@ -378,7 +412,7 @@ ivshm_status_t ivshm_ep_commit(ivshm_ep_t *ep, const ivshm_rsv_t *rsv,
         ivshm_status_t st = tx_begin(ep, rsv->peer, &p);
         if (st != IVSHM_OK)
             return st; /* still held: the caller cancels or tries again */
-        if (!(c = claim_cell(ep, p, &pos))) {
+        if (!(c = claim_cell(ep, p, CELL_HDR, &pos))) {
             BUMP(ep, stalls, 1);
             return IVSHM_ERR_AGAIN;
         }
@@ -425,7 +459,7 @@ ivshm_status_t ivshm_ep_send_region(ivshm_ep_t *ep, uint32_t peer,
         return st;
     uint64_t pos;
     struct cell *c;
-    while (!(c = claim_cell(ep, p, &pos))) {
+    while (!(c = claim_cell(ep, p, CELL_HDR, &pos))) {
         BUMP(ep, stalls, 1);
         if ((st = wait_room(ep, peer, &p, &spins)) != IVSHM_OK)
             return st;

@@ -428,12 +428,13 @@ static void test_reserve_frag(void **state)
  * channel layout is refused by name. */
 struct forms {
     char buf[70000];
-    uint32_t len, n;
+    uint32_t len, n, tag;
     uint64_t offset, total;
 };
 static void forms_handler(void *arg, const ivshm_msg_t *m)
 {
     struct forms *f = arg;
+    f->tag = m->tag;
     memcpy(f->buf + m->offset, m->data, m->len);
     f->len = m->len;
     f->offset = m->offset;
@@ -560,6 +561,156 @@ static void test_cell_forms(void **state)
                      IVSHM_ERR_VERSION);
     assert_non_null(strstr(ivshm_last_error(), "channel layout 2"));
     a->ctl->g.magic = CTL_MAGIC;
+    ivshm_ep_destroy(b);
+    ivshm_ep_destroy(a);
+}
+
+/* ---- fast-box entries (chan_fbox.c) ---- */
+
+/* Sends 1-byte messages until the receiver granted the sender a box;
+ * returns the sender's record of the receiver. */
+static struct peer *box_granted(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t peer,
+                                struct forms *got)
+{
+    for (int i = 0; i < 100 && !b->peers[peer]->tx_fbox; i++) {
+        uint32_t n0 = got->n;
+        assert_int_equal(ivshm_ep_try_send(b, peer, 1, "g", 1), IVSHM_OK);
+        while (got->n == n0)
+            ivshm_ep_progress(a);
+    }
+    assert_non_null(b->peers[peer]->tx_fbox);
+    return b->peers[peer];
+}
+
+/* One message of L bytes from src by one of three calls, delivered and
+ * checked. */
+static void box_roundtrip(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t peer,
+                          struct forms *got, const char *src, uint32_t L,
+                          int way)
+{
+    uint32_t n0 = got->n;
+    if (way == 0) {
+        assert_int_equal(ivshm_ep_try_send(b, peer, 7, src, L), IVSHM_OK);
+    } else if (way == 1) {
+        assert_int_equal(
+            ivshm_ep_try_send2(b, peer, 7, src, L / 2, src + L / 2, L - L / 2),
+            IVSHM_OK);
+    } else {
+        void *buf;
+        ivshm_rsv_t rsv;
+        assert_int_equal(ivshm_ep_reserve(b, peer, L, &buf, &rsv), IVSHM_OK);
+        memcpy(buf, src, L);
+        assert_int_equal(ivshm_ep_commit(b, &rsv, 7, L), IVSHM_OK);
+    }
+    memset(got->buf, 0, L + 64);
+    while (got->n == n0)
+        ivshm_ep_progress(a);
+    assert_int_equal(got->n, n0 + 1);
+    assert_int_equal(got->tag, 7);
+    assert_int_equal(got->len, L);
+    assert_int_equal(got->total, L);
+    assert_memory_equal(got->buf, src, L);
+    assert_int_equal(got->buf[L], 0);
+}
+
+/* Every length of a whole message through a granted box by every call,
+ * lap after lap (SKIP entries at the ring's end); 16-byte packing within
+ * a line and whole-line ends for entries that cross one; a word of an
+ * earlier lap's payload is never taken for an entry, since the writer
+ * zeroes the word after each entry; an entry that would run past the
+ * ring is dropped and the box no longer read. */
+static void test_fbox_entries(void **state)
+{
+    (void)state;
+    ivshm_ep_config_t cfg;
+    ivshm_ep_config_init(&cfg);
+    cfg.cell_size = 256;
+    cfg.fbox_cells = 8; /* a ring of 2 KiB: many laps */
+    cfg.fbox_threshold = 2;
+    static struct forms got;
+    memset(&got, 0, sizeof(got));
+    char src[4096];
+    for (size_t i = 0; i < sizeof(src); i++)
+        src[i] = (char)(i * 7 + 3);
+    ivshm_ep_t *a, *b;
+    uint32_t peer = make_pair(&cfg, forms_handler, &got, &cfg, &a, &b);
+    struct peer *tp = box_granted(a, b, peer, &got);
+    struct peer *rp = a->peers[ivshm_ep_index(b)];
+    assert_non_null(rp->rx_fbox);
+    uint32_t ring = tp->tx_fbox_ring;
+    assert_int_equal(ring, 8 * 256);
+    uint64_t msgs = 0;
+    uint16_t seq0 = tp->tx_fbox_seq;
+    for (uint32_t L = 0; L <= 256 - CELL_SHORT_HDR; L++)
+        for (int way = 0; way < 3; way++, msgs++) {
+            uint32_t off = tp->tx_fbox_off;
+            box_roundtrip(a, b, peer, &got, src, L, way);
+            /* reserve/commit takes a cell entry (the full header where
+             * that costs no line), the others a message */
+            uint32_t len = L;
+            if (way == 2) {
+                bool full = L + CELL_HDR <= 256 &&
+                            (L + CELL_HDR + 63) / 64 == (L + CELL_SHORT_HDR + 63) / 64;
+                len = (full ? CELL_HDR : CELL_SHORT_HDR) + L;
+                if (len < CELL_HDR)
+                    len = CELL_HDR;
+            }
+            uint32_t size = fbox_entry_size(off, len);
+            if (size > ring - off)
+                size = fbox_entry_size(0, len), off = 0; /* after a skip */
+            assert_int_equal(tp->tx_fbox_off, (off + size) % ring);
+        }
+    uint16_t skips = (uint16_t)(tp->tx_fbox_seq - seq0 - msgs);
+    assert_true(skips > 0);
+    ivshm_ep_stats_t es;
+    ivshm_ep_stats(a, &es);
+    assert_int_equal(es.invalid_dropped, 0);
+    /* packing: at a line's start, two 8-byte messages with a 16-byte head
+     * share the line; a 100-byte one ends on a line's end */
+    while (tp->tx_fbox_off % 64 || tp->tx_fbox_off + 256 > ring)
+        box_roundtrip(a, b, peer, &got, src, 40, 1);
+    uint32_t line = tp->tx_fbox_off;
+    box_roundtrip(a, b, peer, &got, src, 24, 1);
+    assert_int_equal(tp->tx_fbox_off, line + 32);
+    box_roundtrip(a, b, peer, &got, src, 24, 1);
+    assert_int_equal(tp->tx_fbox_off, line + 64);
+    box_roundtrip(a, b, peer, &got, src, 24, 1);
+    box_roundtrip(a, b, peer, &got, src, 100, 1);
+    /* from 96, 112 bytes cross into the next line: to its end */
+    assert_int_equal(tp->tx_fbox_off, line + 256);
+
+    /* an earlier lap's bytes right after the next entry, shaped as the
+     * entry the receiver will look for next: never delivered */
+    tp->tx_fbox_tail = atomic_load(&tp->tx_fbox_hdr->tail); /* all free */
+    uint32_t off = rp->rx_fbox_off, size = fbox_entry_size(off, 1);
+    assert_true(off + size + 16 <= ring);
+    uint64_t fake = FBOX_WORD(rp->rx_fbox_seq + 2, FBOX_MSG, 9, 4,
+                              rp->pseq_in + 1);
+    memcpy(rp->rx_fbox + off + size, &fake, 8);
+    memcpy(rp->rx_fbox + off + size + 8, "JUNK", 4);
+    uint32_t n0 = got.n;
+    assert_int_equal(ivshm_ep_try_send(b, peer, 7, "x", 1), IVSHM_OK);
+    for (int i = 0; i < 100; i++)
+        ivshm_ep_progress(a);
+    assert_int_equal(got.n, n0 + 1);
+    assert_int_equal(got.tag, 7);
+    assert_int_equal(got.len, 1);
+
+    /* an entry that would run past the ring's end */
+    while (tp->tx_fbox_off % 64)
+        box_roundtrip(a, b, peer, &got, src, 40, 1);
+    while (tp->tx_fbox_off != ring - 64)
+        box_roundtrip(a, b, peer, &got, src, 56, 1); /* 64 bytes each */
+    assert_int_equal(rp->rx_fbox_off, ring - 64);
+    fake = FBOX_WORD(rp->rx_fbox_seq + 1, FBOX_MSG, 7, 200, rp->pseq_in);
+    memcpy(rp->rx_fbox + ring - 64, &fake, 8);
+    n0 = got.n;
+    for (int i = 0; i < 10; i++)
+        ivshm_ep_progress(a);
+    assert_int_equal(got.n, n0);
+    ivshm_ep_stats(a, &es);
+    assert_int_equal(es.invalid_dropped, 1);
+    assert_true(rp->rx_fbox_bad);
     ivshm_ep_destroy(b);
     ivshm_ep_destroy(a);
 }
@@ -708,6 +859,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reserve_and_region, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_frag, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cell_forms, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fbox_entries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wakeup_races, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads_many_to_one, setup, teardown),
     };
