@@ -26,17 +26,6 @@ static inline enum ivshm_proc_state lender_state(ivshm_ep_t *ep,
 
 /* Copies the cell's header into c (read once); a short cell's payload
  * comes along in the same line. */
-/* The payload's further lines are fetched while the header is checked
- * and the handler matches it, not when it copies them (only hints: bounded
- * by the cell's room, never faulting). */
-static inline void prefetch_payload(const char *data, uint64_t bytes)
-{
-    const char *end = data + bytes;
-    for (const char *l = (const char *)(((uintptr_t)data | 63) + 1); l < end;
-         l += 64)
-        __builtin_prefetch(l, 0, 3);
-}
-
 static inline void read_cell(const struct cell *shared, uint32_t room,
                              struct cell *c)
 {
@@ -47,7 +36,7 @@ static inline void read_cell(const struct cell *shared, uint32_t room,
         if (end > room)
             end = room;
         if (end > hdr)
-            prefetch_payload((const char *)shared + hdr, end - hdr);
+            ivshm__prefetch_payload((const char *)shared + hdr, end - hdr);
     }
 }
 
@@ -156,17 +145,6 @@ static inline enum cell_kind cell_message(ivshm_ep_t *ep, struct peer *p,
     }
 }
 
-/* The piece takes its place in the pair's order and goes to the handler. */
-static inline void hand_over(ivshm_ep_t *ep, struct peer *p,
-                             const ivshm_msg_t *m)
-{
-    p->pseq_in++;
-    p->rx_held = false;
-    ep->in_handler = true;
-    if (ep->handler)
-        ep->handler(ep->harg, m);
-    ep->in_handler = false;
-}
 
 /* Tells the lender its fragment or region memory was read: in the
  * sender's block, and only while that block is still its own. */
@@ -232,7 +210,7 @@ bool ivshm__deliver(ivshm_ep_t *ep, const struct cell *shared, int expect,
             goto bad;
         }
     }
-    hand_over(ep, p, &m);
+    ivshm__hand_over(ep, p, &m);
     if (lent)
         ack_lender(ep, p, &c);
     /* counted privately; the progress pass mirrors the totals to the
@@ -252,7 +230,7 @@ bool ivshm__deliver_msg(ivshm_ep_t *ep, uint32_t idx, uint64_t w,
     /* a fast box carries its one sender's life only */
     struct peer *p = ep->peers[idx];
     uint32_t len = FBOX_LEN(w);
-    prefetch_payload(data, len);
+    ivshm__prefetch_payload(data, len);
     /* 16 bits of the pair's sequence (fbox_msg_ok: unambiguous) */
     int32_t d = (int16_t)(FBOX_PSEQ(w) - (uint16_t)p->pseq_in);
     if (d > 0) {
@@ -270,7 +248,7 @@ bool ivshm__deliver_msg(ivshm_ep_t *ep, uint32_t idx, uint64_t w,
                      .offset = 0,
                      .total = len,
                      .data = data};
-    hand_over(ep, p, &m);
+    ivshm__hand_over(ep, p, &m);
     ep->st.msgs_in++;
     ep->st.bytes_in += len;
     return true;

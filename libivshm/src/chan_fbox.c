@@ -212,8 +212,7 @@ static uint32_t entry_size(const ivshm_ep_t *ep, uint64_t w, uint32_t off)
     case FBOX_SKIP:
         return ring - off;
     case FBOX_MSG:
-        if (FBOX_LEN(w) > ep->g.cell_size - CELL_SHORT_HDR ||
-            !fbox_msg_ok(&ep->g))
+        if ((int32_t)FBOX_LEN(w) > ep->fbox_msg_max)
             return 0;
         break;
     case FBOX_CELL:
@@ -260,7 +259,23 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
             }
             char *at = p->rx_fbox + off;
             bool done = true;
-            if (FBOX_KIND(w) == FBOX_MSG)
+            if (FBOX_KIND(w) == FBOX_MSG &&
+                FBOX_PSEQ(w) == (uint16_t)p->pseq_in) {
+                /* the usual entry, the pair's next message: handed over
+                 * here (ivshm__deliver_msg does the same) */
+                uint32_t len = FBOX_LEN(w);
+                ivshm_msg_t m = {.sender = idx,
+                                 .tag = FBOX_TAG(w),
+                                 .len = len,
+                                 .offset = 0,
+                                 .total = len,
+                                 .data = at + 8};
+                if (len > 56)
+                    ivshm__prefetch_payload(at + 8, len);
+                ivshm__hand_over(ep, p, &m);
+                ep->st.msgs_in++;
+                ep->st.bytes_in += len;
+            } else if (FBOX_KIND(w) == FBOX_MSG)
                 done = ivshm__deliver_msg(ep, idx, w, at + 8,
                                           &p->rx_fbox_wait);
             else if (FBOX_KIND(w) == FBOX_CELL)

@@ -18,6 +18,8 @@
 #include "chan_layout.h"
 #include "ivshm/channel.h"
 
+#include <string.h>
+
 #pragma GCC visibility push(hidden) /* as internal.h */
 
 #define PENDING_MAX 64
@@ -37,6 +39,31 @@
 #define FBOX_POS_FLAG (1ull << 63)
 #define FBOX_POS(seq, bytes)                                                 \
     (FBOX_POS_FLAG | ((uint64_t)(uint16_t)(seq) << 16) | (uint16_t)(bytes))
+
+/* Copies n bytes, n small and known only at run time (a message's head
+ * and body): a few overlapping moves of fixed size, not a call of memcpy,
+ * whose dispatch costs more than such a copy. */
+static inline void ivshm__copy(void *dst, const void *src, size_t n)
+{
+    char *d = dst;
+    const char *s = src;
+    if (n >= 8 && n <= 16) {
+        memcpy(d, s, 8);
+        memcpy(d + n - 8, s + n - 8, 8);
+    } else if (n > 16 && n <= 32) {
+        memcpy(d, s, 16);
+        memcpy(d + n - 16, s + n - 16, 16);
+    } else if (n >= 4 && n < 8) {
+        memcpy(d, s, 4);
+        memcpy(d + n - 4, s + n - 4, 4);
+    } else if (n && n < 4) {
+        d[0] = s[0];
+        d[n / 2] = s[n / 2];
+        d[n - 1] = s[n - 1];
+    } else if (n) {
+        memcpy(d, s, n);
+    }
+}
 
 /* The store that publishes a cell or a box entry (C1/F0). GCC's TSan
  * cannot model the fence of N0 (chan_send.c): its builds store seq_cst. */
@@ -182,6 +209,7 @@ struct ivshm_ep {
     uint32_t nbanks;
     uint32_t fbox_bytes; /* a box we grant: header, ring and slack */
     uint32_t fbox_ring;  /* its ring: fbox_cells x cell_size */
+    int32_t fbox_msg_max; /* longest FBOX_MSG entry we take, -1: none */
     uint32_t fbox_granted;
     bool in_handler;
     struct {
@@ -236,6 +264,26 @@ void ivshm__fbox_check_grant(ivshm_ep_t *ep, struct peer *p);
  * its place, with its seq in *seq, or NULL if there is no box or no room.
  * The word after it is zeroed where that is free. */
 char *ivshm__fbox_entry(struct peer *p, uint32_t len, uint16_t *seq);
+/* ivshm__fbox_entry's usual case inline (a send's every call): the entry
+ * fits before the ring's end, with room after it by the tail we know. */
+static inline char *ivshm__fbox_entry_fast(struct peer *p, uint32_t len,
+                                           uint16_t *seq)
+{
+    uint32_t off = p->tx_fbox_off, ring = p->tx_fbox_ring;
+    uint32_t size = fbox_entry_size(off, len);
+    if (p->tx_fbox && size < ring - off &&
+        p->tx_fbox_pos - p->tx_fbox_tail < ring - size) {
+        char *at = p->tx_fbox + off;
+        p->tx_fbox_pos += size;
+        p->tx_fbox_off = off + size;
+        /* F0: the word after it reads "nothing yet" (chan_fbox.c) */
+        atomic_store_explicit((_Atomic uint64_t *)(at + size), 0,
+                              memory_order_relaxed);
+        *seq = ++p->tx_fbox_seq;
+        return at;
+    }
+    return ivshm__fbox_entry(p, len, seq);
+}
 /* The same for a cell of `bytes` bytes (its header included) in an
  * FBOX_CELL entry; *pos is what ivshm__publish needs (FBOX_POS). */
 struct cell *ivshm__fbox_claim(struct peer *p, uint32_t bytes, uint64_t *pos);
@@ -261,6 +309,28 @@ void ivshm__frag_reclaim(ivshm_ep_t *ep, uint32_t idx);
 void ivshm__frag_linger(ivshm_ep_t *ep);
 
 /* chan_deliver.c */
+/* The piece takes its place in the pair's order and goes to the handler
+ * (inline: a fast box's poll hands over its usual entry itself). */
+static inline void ivshm__hand_over(ivshm_ep_t *ep, struct peer *p,
+                                    const ivshm_msg_t *m)
+{
+    p->pseq_in++;
+    p->rx_held = false;
+    ep->in_handler = true;
+    if (ep->handler)
+        ep->handler(ep->harg, m);
+    ep->in_handler = false;
+}
+/* The payload's further lines are fetched while the header is checked
+ * and the handler matches it, not when it copies them (only hints: bounded
+ * by the piece's room, never faulting). */
+static inline void ivshm__prefetch_payload(const char *data, uint64_t bytes)
+{
+    const char *end = data + bytes;
+    for (const char *l = (const char *)(((uintptr_t)data | 63) + 1); l < end;
+         l += 64)
+        __builtin_prefetch(l, 0, 3);
+}
 /* Validates one published cell and delivers it; false if it must wait.
  * expect: the only sender this queue may carry (a fast box), or -1.
  * room: bytes of our memory from the cell's start that are its own.

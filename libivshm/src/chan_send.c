@@ -27,13 +27,14 @@
 #define STORE_LOAD_FENCE() atomic_thread_fence(memory_order_seq_cst)
 #endif
 
-static void wake(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
+/* The steps of every send are inline (always: the compiler's own choice
+ * left each a call, 10-20 % of the channel's send); what only a rare case
+ * takes is a call. */
+#define HOT static inline __attribute__((always_inline))
+
+static void wake_blocking(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
 {
-    if (!p->peer_may_block) {
-        if (!atomic_load_explicit(&p->ctl->may_block, memory_order_relaxed))
-            return;
-        p->peer_may_block = true; /* it stays a blocking receiver */
-    }
+    p->peer_may_block = true; /* it stays a blocking receiver */
     STORE_LOAD_FENCE(); /* N0: publish before the notify load */
     uint64_t w = atomic_load_explicit(&p->ctl->notify, memory_order_seq_cst);
     if ((w & 1) && atomic_compare_exchange_strong(&p->ctl->notify, &w,
@@ -41,6 +42,13 @@ static void wake(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
         ep->notifier.ring(ep->notifier.ctx, idx);
         BUMP(ep, wakeups, 1);
     }
+}
+
+HOT void wake(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
+{
+    if (p->peer_may_block ||
+        atomic_load_explicit(&p->ctl->may_block, memory_order_relaxed))
+        wake_blocking(ep, p, idx);
 }
 
 /* Where the payload of a cell of this type starts. */
@@ -96,21 +104,20 @@ void ivshm__publish(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
  * the peer's box: an 8-byte word instead of a cell's 32-byte header, and
  * 16-byte packing (chan_fbox.c). False if it cannot go so (no box, no
  * room, a tag or length the form cannot carry): another form takes it. */
-static bool send_msg_box(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
-                         uint32_t tag, const void *head, size_t head_len,
-                         const void *body, size_t body_len)
+HOT bool send_msg_box(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
+                      uint32_t tag, const void *head, size_t head_len,
+                      const void *body, size_t body_len)
 {
     size_t len = head_len + body_len;
     if (!p->tx_fbox_msg || tag > 255 ||
         len > p->g.cell_size - CELL_SHORT_HDR)
         return false;
     uint16_t seq;
-    char *at = ivshm__fbox_entry(p, (uint32_t)len, &seq);
+    char *at = ivshm__fbox_entry_fast(p, (uint32_t)len, &seq);
     if (!at)
         return false;
-    memcpy(at + 8, head, head_len);
-    if (body_len)
-        memcpy(at + 8 + head_len, body, body_len);
+    ivshm__copy(at + 8, head, head_len);
+    ivshm__copy(at + 8 + head_len, body, body_len);
     IVSHM_TEST_STEP("claim");
     ivshm__publish_word((_Atomic uint64_t *)at,
                         FBOX_WORD(seq, FBOX_MSG, tag, len, p->pseq_out++));
@@ -131,10 +138,9 @@ static struct cell *claim_cell(ivshm_ep_t *ep, struct peer *p, uint32_t bytes,
 }
 
 /* Asks for a fast box once the pair is hot. */
-static void maybe_ask_fbox(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
+static void ask_fbox(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
 {
-    if (p->fbox_asked || !p->g.fbox_cells ||
-        ++p->sends < ep->cfg.fbox_threshold)
+    if (!p->g.fbox_cells || ++p->sends < ep->cfg.fbox_threshold)
         return;
     uint64_t pos;
     struct cell *c = claim_cell(ep, p, CELL_HDR, &pos);
@@ -144,20 +150,32 @@ static void maybe_ask_fbox(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
     ivshm__publish(ep, p, idx, c, pos, CELL_FBOX_REQ, 0, 0, 0, 0, 0, 0);
 }
 
+/* Why tx_peer refuses a record we cannot send by. */
+static ivshm_status_t tx_unusable(const struct peer *p, uint32_t idx)
+{
+    if (!p || !p->valid)
+        return ivshm__fail(IVSHM_ERR_INVAL, "peer %u is not connected", idx);
+    return ivshm__fail(IVSHM_ERR_CORRUPT,
+                       "peer %u's receive queue is damaged (head and tail "
+                       "more than a lap apart)", idx);
+}
+
+static ivshm_status_t tx_gone(ivshm_ep_t *ep, uint32_t idx)
+{
+    ivshm__peer_died(ep, idx);
+    return ivshm__fail(IVSHM_ERR_PEER_DEAD, "peer %u is gone", idx);
+}
+
 /* The peer we may write to now: our lease held, the same life of the
  * peer we connected to, its lease not in doubt. */
-static ivshm_status_t tx_peer(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
+HOT ivshm_status_t tx_peer(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
 {
     ivshm_status_t st = ivshm__lease_held(ep->r);
     if (st != IVSHM_OK)
         return st;
     struct peer *p = idx < ep->d->max_eps ? ep->peers[idx] : NULL;
-    if (!p || !p->valid)
-        return ivshm__fail(IVSHM_ERR_INVAL, "peer %u is not connected", idx);
-    if (p->damaged)
-        return ivshm__fail(IVSHM_ERR_CORRUPT,
-                           "peer %u's receive queue is damaged (head and tail "
-                           "more than a lap apart)", idx);
+    if (!p || !p->valid || p->damaged)
+        return tx_unusable(p, idx);
     /* the receiver's memory is only ours to write while this life of it
      * lasts (its block may be freed and reused once it ends) */
     struct dir_entry *e = &ep->d->dir[idx];
@@ -166,10 +184,8 @@ static ivshm_status_t tx_peer(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
                 : ivshm__proc_state(ep->r, p->owner_slot, p->owner_gen);
     if (s == PROC_GONE ||
         atomic_load_explicit(&e->word, memory_order_acquire) != p->entry_word ||
-        atomic_load_explicit(&e->epoch, memory_order_relaxed) != p->epoch) {
-        ivshm__peer_died(ep, idx);
-        return ivshm__fail(IVSHM_ERR_PEER_DEAD, "peer %u is gone", idx);
-    }
+        atomic_load_explicit(&e->epoch, memory_order_relaxed) != p->epoch)
+        return tx_gone(ep, idx);
     if (s == PROC_DOUBT)
         return IVSHM_ERR_AGAIN; /* a reclaimer is deciding: not now */
     if (!p->tx_fbox && p->fbox_asked && p->g.fbox_cells)
@@ -178,12 +194,16 @@ static ivshm_status_t tx_peer(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
     return IVSHM_OK;
 }
 
-static ivshm_status_t tx_begin(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
+HOT ivshm_status_t tx_begin(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
 {
-    ivshm_status_t st = tx_peer(ep, idx, out);
-    if (st == IVSHM_OK)
-        maybe_ask_fbox(ep, *out, idx);
-    return st;
+    struct peer *p = NULL;
+    ivshm_status_t st = tx_peer(ep, idx, &p);
+    if (st != IVSHM_OK)
+        return st;
+    if (!p->fbox_asked)
+        ask_fbox(ep, p, idx);
+    *out = p;
+    return IVSHM_OK;
 }
 
 size_t ivshm_ep_max_single(const ivshm_ep_t *ep) { return ep->cfg.frag_size; }
@@ -249,7 +269,7 @@ ivshm_status_t ivshm_ep_try_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
         return ivshm__fail(IVSHM_ERR_INVAL,
                            "%zu bytes exceed one fragment; use ivshm_ep_send",
                            len);
-    struct peer *p;
+    struct peer *p = NULL;
     ivshm_status_t st = tx_begin(ep, peer, &p);
     if (st != IVSHM_OK)
         return st;
@@ -260,7 +280,7 @@ ivshm_status_t ivshm_ep_try_send2(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
                                   const void *head, size_t head_len,
                                   const void *body, size_t body_len)
 {
-    struct peer *p;
+    struct peer *p = NULL;
     ivshm_status_t st = tx_begin(ep, peer, &p);
     if (st != IVSHM_OK)
         return st;
@@ -318,7 +338,7 @@ static ivshm_status_t tx_begin_wait(ivshm_ep_t *ep, uint32_t peer,
 ivshm_status_t ivshm_ep_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
                              const void *buf, size_t len)
 {
-    struct peer *p;
+    struct peer *p = NULL;
     unsigned spins = 0;
     ivshm_status_t st = tx_begin_wait(ep, peer, &p, &spins);
     if (st != IVSHM_OK)
@@ -347,7 +367,7 @@ ivshm_status_t ivshm_ep_reserve(ivshm_ep_t *ep, uint32_t peer, size_t len,
     if (len > ep->cfg.frag_size)
         return ivshm__fail(IVSHM_ERR_INVAL, "%zu bytes exceed one fragment",
                            len);
-    struct peer *p;
+    struct peer *p = NULL;
     ivshm_status_t st = tx_begin(ep, peer, &p);
     if (st != IVSHM_OK)
         return st;
@@ -379,7 +399,7 @@ ivshm_status_t ivshm_ep_reserve_frag(ivshm_ep_t *ep, uint32_t peer, size_t len,
     if (len > ep->cfg.frag_size)
         return ivshm__fail(IVSHM_ERR_INVAL, "%zu bytes exceed one fragment",
                            len);
-    struct peer *p;
+    struct peer *p = NULL;
     ivshm_status_t st = tx_peer(ep, peer, &p);
     if (st != IVSHM_OK)
         return st;
@@ -452,7 +472,7 @@ ivshm_status_t ivshm_ep_send_region(ivshm_ep_t *ep, uint32_t peer,
                            "buffer [%llu, +%zu) is not this process' region "
                            "memory",
                            (unsigned long long)off, len);
-    struct peer *p;
+    struct peer *p = NULL;
     unsigned spins = 0;
     ivshm_status_t st = tx_begin_wait(ep, peer, &p, &spins);
     if (st != IVSHM_OK)
