@@ -85,7 +85,7 @@ ivshm_status_t ivshm_ep_config_check(const ivshm_ep_config_t *c)
         return ivshm__fail(IVSHM_ERR_INVAL,
                            "IVSHM_CELL_SIZE %u is not a multiple of 64",
                            c->cell_size);
-    uint64_t fbox = (uint64_t)c->fbox_cells * c->cell_size; /* its ring */
+    uint64_t fbox = fbox_ring_bytes(c->fbox_cells, c->cell_size);
     if (fbox > FBOX_MAX)
         return ivshm__fail(IVSHM_ERR_INVAL,
                            "a fast box of %llu bytes exceeds %u; lower "

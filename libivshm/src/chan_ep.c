@@ -135,7 +135,8 @@ ivshm_status_t ivshm_ep_create(ivshm_domain_t *d, int index,
         st = ivshm__fail(IVSHM_ERR_SYS, "out of memory");
         goto err_free;
     }
-    ep->fbox_ring = ep->cfg.fbox_cells * ep->cfg.cell_size;
+    ep->fbox_ring =
+        (uint32_t)fbox_ring_bytes(ep->cfg.fbox_cells, ep->cfg.cell_size);
     ep->fbox_bytes = ep->cfg.fbox_cells ? (uint32_t)sizeof(struct fbox_hdr) +
                                               ep->fbox_ring + FBOX_SLACK
                                         : 0;

@@ -2,7 +2,7 @@
  * Fast boxes: a single-producer ring of bytes a receiver grants to one hot
  * sender (asked for by a CELL_FBOX_REQ after fbox_threshold sends). The
  * receiver owns the memory (banks of FBOX_BANK bytes) and sizes every box
- * by its own published geometry (fbox_cells x cell_size bytes); the grant
+ * by its own published geometry (fbox_ring_bytes); the grant
  * word names the life (epoch) of the sender it was made for. Entries are
  * packed at 16 bytes (chan_layout.h): a small message shares its line with
  * the next, as in Open MPI's vader, where a cell a message would cost a
@@ -34,7 +34,7 @@ void ivshm__fbox_check_grant(ivshm_ep_t *ep, struct peer *p)
     if (!w)
         return;
     uint64_t off = GRANT_OFF(w);
-    uint64_t ring = (uint64_t)p->g.fbox_cells * p->g.cell_size;
+    uint64_t ring = fbox_ring_bytes(p->g.fbox_cells, p->g.cell_size);
     uint64_t bytes = sizeof(struct fbox_hdr) + ring + FBOX_SLACK;
     if (GRANT_EPOCH(w) != (ep->epoch & 0xffffffu))
         return; /* made for an earlier life of our index: not ours */

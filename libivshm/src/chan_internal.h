@@ -81,7 +81,8 @@ static inline void ivshm__publish_word(_Atomic uint64_t *w, uint64_t v)
 static inline uint64_t pseq_window(const struct ctl_geom *g)
 {
     return (uint64_t)g->fifo_cells +
-           (uint64_t)g->fbox_cells * g->cell_size / FBOX_ALIGN + PENDING_MAX;
+           fbox_ring_bytes(g->fbox_cells, g->cell_size) / FBOX_ALIGN +
+           PENDING_MAX;
 }
 /* FBOX_MSG entries carry 16 bits of the pair's sequence: only where no
  * two pieces in flight can share them. Both sides judge by the receiver's
@@ -208,7 +209,7 @@ struct ivshm_ep {
     struct fbox_bank *banks;
     uint32_t nbanks;
     uint32_t fbox_bytes; /* a box we grant: header, ring and slack */
-    uint32_t fbox_ring;  /* its ring: fbox_cells x cell_size */
+    uint32_t fbox_ring;  /* its ring: fbox_ring_bytes */
     int32_t fbox_msg_max; /* longest FBOX_MSG entry we take, -1: none */
     uint32_t fbox_granted;
     bool in_handler;

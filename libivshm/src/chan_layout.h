@@ -152,8 +152,8 @@ _Static_assert(offsetof(struct cell, claim) == 8, "claim after seq");
 #define GRANT_EPOCH(w) ((uint32_t)((w) >> 40))
 
 /* Fast box: a single-producer ring of bytes the receiver grants to one
- * sender, fbox_cells x cell_size bytes (the receiver's geometry) after this
- * header, then FBOX_SLACK bytes that no entry uses (a reader of an entry's
+ * sender, fbox_ring_bytes() of the receiver's geometry after this header,
+ * then FBOX_SLACK bytes that no entry uses (a reader of an entry's
  * fixed-size header at the ring's end stays inside the box). */
 struct fbox_hdr {
     _Atomic uint64_t tail IVSHM_ALIGNED; /* consumer: bytes released up to */
@@ -161,6 +161,13 @@ struct fbox_hdr {
 };
 _Static_assert(sizeof(struct fbox_hdr) == 64, "fbox header");
 #define FBOX_SLACK 64u
+/* One cell more than fbox_cells: a lap's skipped end is shorter than an
+ * entry, so fbox_cells messages of a whole cell always fit (a window of
+ * osu_bw at 1 KiB went to the FIFO in part where the skip took room). */
+static inline uint64_t fbox_ring_bytes(uint32_t fbox_cells, uint32_t cell_size)
+{
+    return fbox_cells ? ((uint64_t)fbox_cells + 1) * cell_size : 0;
+}
 
 /* A fast box holds entries packed at 16-byte alignment, so that small
  * messages share lines (an 8-byte MPI message takes 32 bytes, two to a
