@@ -51,6 +51,7 @@ void ivshm__fbox_check_grant(ivshm_ep_t *ep, struct peer *p)
     p->tx_fbox_off = 0;
     p->tx_fbox_ring = (uint32_t)ring;
     p->tx_fbox_seq = 0;
+    p->tx_fbox_zeroed = 0;
     p->tx_fbox_msg = fbox_msg_ok(&p->g);
     BUMP(ep, fbox_used, 1);
 }

@@ -130,6 +130,9 @@ struct peer {
     uint32_t tx_fbox_off, tx_fbox_ring;
     uint16_t tx_fbox_seq;
     bool tx_fbox_msg; /* FBOX_MSG entries allowed (fbox_msg_ok) */
+    /* the position (tx_fbox_pos) of a line start whose word was zeroed
+     * ahead, after a publish (ivshm__fbox_zero_ahead); 0: none */
+    uint64_t tx_fbox_zeroed;
     uint64_t region_tickets;
     bool peer_may_block; /* it has blocked once: wake it with a fence */
     /* we receive from it */
@@ -277,13 +280,36 @@ static inline char *ivshm__fbox_entry_fast(struct peer *p, uint32_t len,
         char *at = p->tx_fbox + off;
         p->tx_fbox_pos += size;
         p->tx_fbox_off = off + size;
-        /* F0: the word after it reads "nothing yet" (chan_fbox.c) */
-        atomic_store_explicit((_Atomic uint64_t *)(at + size), 0,
-                              memory_order_relaxed);
+        /* F0: the word after it reads "nothing yet" (chan_fbox.c), unless
+         * it starts a line zeroed ahead */
+        if (p->tx_fbox_pos != p->tx_fbox_zeroed)
+            atomic_store_explicit((_Atomic uint64_t *)(at + size), 0,
+                                  memory_order_relaxed);
         *seq = ++p->tx_fbox_seq;
         return at;
     }
     return ivshm__fbox_entry(p, len, seq);
+}
+/* After publishing an entry that ends inside a line: zeroes the word that
+ * starts the next line where that is free, so that the entry which ends
+ * on this line's end finds it done and publishes without taking the next
+ * line first (the line's transfer off the path of a message: a store
+ * before the publish would hold the publish back until it has the line).
+ * Ordered before that later entry's word (a release store) like any
+ * other terminator. */
+static inline void ivshm__fbox_zero_ahead(struct peer *p)
+{
+    uint32_t off = p->tx_fbox_off, in_line = off & 63u;
+    if (!in_line)
+        return;
+    uint64_t next = p->tx_fbox_pos + (64u - in_line);
+    if (next == p->tx_fbox_zeroed || off + (64u - in_line) >= p->tx_fbox_ring ||
+        next - p->tx_fbox_tail >= p->tx_fbox_ring)
+        return;
+    atomic_store_explicit(
+        (_Atomic uint64_t *)(p->tx_fbox + off + (64u - in_line)), 0,
+        memory_order_relaxed);
+    p->tx_fbox_zeroed = next;
 }
 /* The same for a cell of `bytes` bytes (its header included) in an
  * FBOX_CELL entry; *pos is what ivshm__publish needs (FBOX_POS). */

@@ -122,6 +122,7 @@ HOT bool send_msg_box(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
     ivshm__publish_word((_Atomic uint64_t *)at,
                         FBOX_WORD(seq, FBOX_MSG, tag, len, p->pseq_out++));
     IVSHM_TEST_STEP("publish");
+    ivshm__fbox_zero_ahead(p);
     BUMP(ep, msgs_out, 1);
     BUMP(ep, bytes_out, len);
     wake(ep, p, idx);
