@@ -100,6 +100,10 @@ static inline enum cell_kind cell_message(ivshm_ep_t *ep, struct peer *p,
                                           const struct cell *shared,
                                           uint32_t room, ivshm_msg_t *m)
 {
+    /* every type but the short one carries the full header: its fields
+     * beyond the short one's must lie in the cell's own room */
+    if (c->type != CELL_SHORT && room < CELL_HDR)
+        return CELL_IS_BAD;
     *m = (ivshm_msg_t){.sender = c->sender,
                        .tag = c->tag,
                        .len = c->len,

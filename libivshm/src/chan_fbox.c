@@ -104,6 +104,8 @@ char *ivshm__fbox_entry(struct peer *p, uint32_t len, uint16_t *seq)
 struct cell *ivshm__fbox_claim(struct peer *p, uint32_t bytes, uint64_t *pos)
 {
     uint16_t seq;
+    if (p->tx_box_held)
+        return NULL; /* behind a reservation: the FIFO (see tx_box_held) */
     /* room for a whole header: a cancelled reservation publishes a NOP
      * (a full header) where the short form was claimed */
     if (bytes < CELL_HDR)
@@ -304,7 +306,9 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
             i--;
             continue;
         }
-        if (p->rx_fbox && k &&
+        /* (k == 0 too: an earlier pass may have ended on the budget with
+         * bytes read but not released) */
+        if (p->rx_fbox && p->rx_fbox_pos != p->rx_fbox_released &&
             (p->rx_fbox_pos - p->rx_fbox_released >= ep->fbox_ring / 4 ||
              n < budget)) {
             /* F1: release consumed fast-box bytes */

@@ -76,6 +76,9 @@ static inline void ivshm__publish_word(_Atomic uint64_t *w, uint64_t v)
 #endif
 }
 
+/* 16-bit entry seqs (FBOX_SEQ) need fewer than 2^16 entries in a lap */
+_Static_assert(FBOX_MAX / FBOX_ALIGN <= 32768, "fast-box entries per lap");
+
 /* How far ahead of the pair's next a piece may be (the receiver's FIFO,
  * one box of the smallest entries, what it parks). */
 static inline uint64_t pseq_window(const struct ctl_geom *g)
@@ -133,6 +136,13 @@ struct peer {
     /* the position (tx_fbox_pos) of a line start whose word was zeroed
      * ahead, after a publish (ivshm__fbox_zero_ahead); 0: none */
     uint64_t tx_fbox_zeroed;
+    /* reservations holding an entry of its box: while one is open, the
+     * box takes nothing more. A piece gets its place in the pair's order
+     * when it is published, and the box is read in its own order, which
+     * cannot wait for a later entry (the FIFO parks a piece from the
+     * future); and FBOX_MSG entries held behind past a resync could fall
+     * more than 2^15 behind, where their 16 bits alias. */
+    uint32_t tx_box_held;
     uint64_t region_tickets;
     bool peer_may_block; /* it has blocked once: wake it with a fence */
     /* we receive from it */

@@ -109,7 +109,7 @@ HOT bool send_msg_box(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
                       const void *body, size_t body_len)
 {
     size_t len = head_len + body_len;
-    if (!p->tx_fbox_msg || tag > 255 ||
+    if (!p->tx_fbox_msg || p->tx_box_held || tag > 255 ||
         len > p->g.cell_size - CELL_SHORT_HDR)
         return false;
     uint16_t seq;
@@ -383,6 +383,8 @@ ivshm_status_t ivshm_ep_reserve(ivshm_ep_t *ep, uint32_t peer, size_t len,
         return IVSHM_ERR_AGAIN; /* the fragment stays free: not lent */
     }
     rsv->lend = f >= 0 ? ivshm__frag_lend(ep, f, peer) : 0;
+    if (rsv->pos & FBOX_POS_FLAG)
+        p->tx_box_held++; /* until commit or cancel */
     rsv->cell = c;
     rsv->peer = peer;
     /* the form travels with the reservation: commit publishes what the
@@ -421,6 +423,14 @@ ivshm_status_t ivshm_ep_reserve_frag(ivshm_ep_t *ep, uint32_t peer, size_t len,
     return IVSHM_OK;
 }
 
+/* A reservation that held an entry of the peer's box ends (commit or
+ * cancel; a record of a later life of the peer starts at none). */
+static void box_released(struct peer *p, const ivshm_rsv_t *rsv)
+{
+    if ((rsv->pos & FBOX_POS_FLAG) && p->tx_box_held)
+        p->tx_box_held--;
+}
+
 ivshm_status_t ivshm_ep_commit(ivshm_ep_t *ep, const ivshm_rsv_t *rsv,
                                uint32_t tag, size_t len)
 {
@@ -439,6 +449,8 @@ ivshm_status_t ivshm_ep_commit(ivshm_ep_t *ep, const ivshm_rsv_t *rsv,
         }
         ep->frag_held[rsv->frag] = 0; /* published below: lent, not held */
     }
+    else
+        box_released(p, rsv);
     if (len > rsv->len)
         len = rsv->len;
     uint16_t form = rsv->frag >= 0    ? CELL_FRAG
@@ -459,6 +471,7 @@ void ivshm_ep_cancel(ivshm_ep_t *ep, const ivshm_rsv_t *rsv)
     }
     if (!rsv->cell)
         return; /* no cell was claimed */
+    box_released(p, rsv);
     ivshm__publish(ep, p, rsv->peer, rsv->cell, rsv->pos, CELL_NOP, 0, 0, 0,
                    0, 0, 0);
 }

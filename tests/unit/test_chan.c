@@ -567,6 +567,18 @@ static void test_cell_forms(void **state)
 
 /* ---- fast-box entries (chan_fbox.c) ---- */
 
+/* Small boxes, granted early: a ring of 9 cells of 256 bytes (2304),
+ * many laps in a test. */
+static ivshm_ep_config_t box_config(void)
+{
+    ivshm_ep_config_t cfg;
+    ivshm_ep_config_init(&cfg);
+    cfg.cell_size = 256;
+    cfg.fbox_cells = 8;
+    cfg.fbox_threshold = 2;
+    return cfg;
+}
+
 /* Sends 1-byte messages until the receiver granted the sender a box;
  * returns the sender's record of the receiver. */
 static struct peer *box_granted(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t peer,
@@ -622,11 +634,7 @@ static void box_roundtrip(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t peer,
 static void test_fbox_entries(void **state)
 {
     (void)state;
-    ivshm_ep_config_t cfg;
-    ivshm_ep_config_init(&cfg);
-    cfg.cell_size = 256;
-    cfg.fbox_cells = 8; /* a ring of 9 cells, 2304 bytes: many laps */
-    cfg.fbox_threshold = 2;
+    ivshm_ep_config_t cfg = box_config();
     static struct forms got;
     memset(&got, 0, sizeof(got));
     char src[4096];
@@ -747,6 +755,150 @@ static void test_fbox_entries(void **state)
     ivshm_ep_stats(a, &es);
     assert_int_equal(es.invalid_dropped, 1);
     assert_true(rp->rx_fbox_bad);
+    ivshm_ep_destroy(b);
+    ivshm_ep_destroy(a);
+}
+
+/* The word of the box entry at ring offset off, as the receiver sees it. */
+static uint64_t box_word(const struct peer *rp, uint32_t off)
+{
+    uint64_t w;
+    memcpy(&w, rp->rx_fbox + off, 8);
+    return w;
+}
+
+struct order {
+    uint32_t n, bad, next;
+};
+static void order_handler(void *arg, const ivshm_msg_t *m)
+{
+    struct order *o = arg;
+    o->bad += m->tag != o->next;
+    o->next = m->tag + 1;
+    o->n++;
+}
+
+/* The pair's order across the box and the FIFO (a later box message waits
+ * for an earlier FIFO piece); a reservation held in the box sends whole
+ * messages as cells meanwhile (16 bits of the pair's sequence would alias
+ * behind it); the first entry of a lap (after a SKIP) leaves the word
+ * after it zeroed; a cell entry whose cell claims more than the entry is
+ * dropped, nothing past the ring handed over. */
+static void test_fbox_order_and_bounds(void **state)
+{
+    (void)state;
+    ivshm_ep_config_t cfg = box_config();
+    cfg.max_per_poll = 1024;
+    static struct order ord;
+    memset(&ord, 0, sizeof(ord));
+    char src[256];
+    memset(src, 'o', sizeof(src));
+    ivshm_ep_t *a, *b;
+    uint32_t peer = make_pair(&cfg, order_handler, &ord, &cfg, &a, &b);
+    uint32_t tag = 0;
+    while (!b->peers[peer]->tx_fbox) {
+        assert_int_equal(ivshm_ep_try_send(b, peer, tag++, "g", 1), IVSHM_OK);
+        while (ord.n < tag)
+            ivshm_ep_progress(a);
+    }
+    struct peer *tp = b->peers[peer];
+    struct peer *rp = a->peers[ivshm_ep_index(b)];
+    uint32_t ring = tp->tx_fbox_ring;
+
+    /* A: the box full; B: the FIFO; a pass that reads the FIFO first
+     * parks B and hands over A; C: the box again, read first next pass:
+     * it waits for B */
+    uint64_t head0 = atomic_load(&a->ctl->head);
+    while (atomic_load(&a->ctl->head) == head0)
+        assert_int_equal(ivshm_ep_try_send(b, peer, tag++, src, 200), IVSHM_OK);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(ivshm_ep_try_send(b, peer, tag++, src, 200), IVSHM_OK);
+    uint32_t b_end = tag;
+    a->polls = 1; /* the next pass reads the FIFO first */
+    ivshm_ep_progress(a);
+    assert_true(ord.n < b_end);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(ivshm_ep_try_send(b, peer, tag++, src, 24), IVSHM_OK);
+    assert_int_equal(atomic_load(&a->ctl->head), head0 + 4); /* C: the box */
+    a->polls = 0; /* the next pass reads the box first */
+    for (int i = 0; i < 10 && ord.n < tag; i++)
+        ivshm_ep_progress(a);
+    assert_int_equal(ord.n, tag);
+    assert_int_equal(ord.bad, 0);
+
+    /* a reservation held in the box: a message sent meanwhile goes to the
+     * FIFO (it is published first, so it comes first in the pair's order,
+     * and the box could not wait for it behind the held entry); after the
+     * commit, the box takes message entries again */
+    void *buf;
+    ivshm_rsv_t rsv;
+    assert_int_equal(ivshm_ep_reserve(b, peer, 20, &buf, &rsv), IVSHM_OK);
+    assert_true(rsv.pos & FBOX_POS_FLAG);
+    memcpy(buf, src, 20);
+    head0 = atomic_load(&a->ctl->head);
+    assert_int_equal(ivshm_ep_try_send2(b, peer, tag, src, 16, src, 8),
+                     IVSHM_OK);
+    assert_int_equal(atomic_load(&a->ctl->head), head0 + 1);
+    assert_int_equal(ivshm_ep_commit(b, &rsv, tag + 1, 20), IVSHM_OK);
+    tag += 2;
+    uint32_t at = tp->tx_fbox_off;
+    assert_int_equal(ivshm_ep_try_send2(b, peer, tag++, src, 16, src, 8),
+                     IVSHM_OK);
+    assert_int_equal(FBOX_KIND(box_word(rp, at)), FBOX_MSG);
+    while (ord.n < tag)
+        ivshm_ep_progress(a);
+    assert_int_equal(ord.bad, 0);
+
+    /* the first entry after a SKIP: the word after it, an earlier lap's
+     * bytes shaped as the entry due next, is zeroed */
+    while (tp->tx_fbox_off < ring - 128) {
+        assert_int_equal(ivshm_ep_try_send(b, peer, tag++, src, 56), IVSHM_OK);
+        while (ord.n < tag)
+            ivshm_ep_progress(a);
+    }
+    tp->tx_fbox_tail = atomic_load(&tp->tx_fbox_hdr->tail);
+    uint32_t size = fbox_entry_size(0, 200);
+    uint64_t fake = FBOX_WORD(rp->rx_fbox_seq + 3, FBOX_MSG, 9, 4,
+                              rp->pseq_in + 1);
+    memcpy(rp->rx_fbox + size, &fake, 8);
+    uint16_t seq0 = tp->tx_fbox_seq;
+    assert_int_equal(ivshm_ep_try_send(b, peer, tag++, src, 200), IVSHM_OK);
+    assert_int_equal((uint16_t)(tp->tx_fbox_seq - seq0), 2); /* skip, entry */
+    assert_int_equal(tp->tx_fbox_off, size);
+    for (int i = 0; i < 50; i++)
+        ivshm_ep_progress(a);
+    assert_int_equal(ord.n, tag);
+    assert_int_equal(ord.bad, 0);
+
+    /* a cell entry of 32 bytes at the ring's end whose short cell claims a
+     * whole cell: dropped, the box no longer read */
+    ivshm_ep_stats_t es;
+    ivshm_ep_stats(a, &es);
+    uint64_t bad0 = es.invalid_dropped;
+    while (rp->rx_fbox_off != ring - 64) {
+        uint32_t L = rp->rx_fbox_off % 64 ? 24 : 56;
+        assert_int_equal(ivshm_ep_try_send(b, peer, tag++, src, L), IVSHM_OK);
+        while (ord.n < tag)
+            ivshm_ep_progress(a);
+    }
+    char *e = rp->rx_fbox + ring - 64;
+    struct cell forged;
+    memset(&forged, 0, sizeof(forged));
+    forged.len = 256 - CELL_SHORT_HDR;
+    forged.tag = tag;
+    forged.pseq = rp->pseq_in;
+    forged.type = CELL_SHORT;
+    forged.sender = (uint16_t)ivshm_ep_index(b);
+    forged.epoch = CELL_EPOCH(rp->epoch);
+    memcpy(e + 8, &forged, CELL_SHORT_HDR);
+    fake = FBOX_WORD(rp->rx_fbox_seq + 1, FBOX_CELL, 0, CELL_SHORT_HDR, 0);
+    memcpy(e, &fake, 8);
+    uint32_t n0 = ord.n;
+    for (int i = 0; i < 10; i++)
+        ivshm_ep_progress(a);
+    assert_int_equal(ord.n, n0);
+    ivshm_ep_stats(a, &es);
+    assert_int_equal(es.invalid_dropped, bad0 + 1);
     ivshm_ep_destroy(b);
     ivshm_ep_destroy(a);
 }
@@ -896,6 +1048,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reserve_frag, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cell_forms, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fbox_entries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fbox_order_and_bounds, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_wakeup_races, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads_many_to_one, setup, teardown),
     };
