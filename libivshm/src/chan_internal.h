@@ -133,8 +133,9 @@ struct peer {
     uint32_t tx_fbox_off, tx_fbox_ring;
     uint16_t tx_fbox_seq;
     bool tx_fbox_msg; /* FBOX_MSG entries allowed (fbox_msg_ok) */
-    /* the position (tx_fbox_pos) of a line start whose word was zeroed
-     * ahead, after a publish (ivshm__fbox_zero_ahead); 0: none */
+    /* line starts before this position (as tx_fbox_pos) and after the
+     * write position were zeroed ahead, after a publish
+     * (ivshm__fbox_zero_ahead) */
     uint64_t tx_fbox_zeroed;
     /* reservations holding an entry of its box: while one is open, the
      * box takes nothing more. A piece gets its place in the pair's order
@@ -292,7 +293,7 @@ static inline char *ivshm__fbox_entry_fast(struct peer *p, uint32_t len,
         p->tx_fbox_off = off + size;
         /* F0: the word after it reads "nothing yet" (chan_fbox.c), unless
          * it starts a line zeroed ahead */
-        if (p->tx_fbox_pos != p->tx_fbox_zeroed)
+        if (((off + size) & 63u) || p->tx_fbox_pos >= p->tx_fbox_zeroed)
             atomic_store_explicit((_Atomic uint64_t *)(at + size), 0,
                                   memory_order_relaxed);
         *seq = ++p->tx_fbox_seq;
@@ -300,26 +301,32 @@ static inline char *ivshm__fbox_entry_fast(struct peer *p, uint32_t len,
     }
     return ivshm__fbox_entry(p, len, seq);
 }
-/* After publishing an entry that ends inside a line: zeroes the word that
- * starts the next line where that is free, so that the entry which ends
- * on this line's end finds it done and publishes without taking the next
- * line first (the line's transfer off the path of a message: a store
- * before the publish would hold the publish back until it has the line).
- * Ordered before that later entry's word (a release store) like any
- * other terminator. */
+/* How far ahead of the write position line starts are zeroed. */
+#define FBOX_AHEAD 256u
+/* After a publish: zeroes the first word of the lines that start within
+ * FBOX_AHEAD bytes after the write position (where free, before the
+ * ring's end), so that an entry which ends on one of them finds its
+ * terminator done and publishes without taking that line first (a store
+ * before the publish held the publish back until it had the line: the
+ * channel primitive took 362-387 ns at 64 B with it, 237-277 without).
+ * Ordered before a later entry's word (a release store) like any other
+ * terminator; a line start is written again only as part of an entry. */
 static inline void ivshm__fbox_zero_ahead(struct peer *p)
 {
-    uint32_t off = p->tx_fbox_off, in_line = off & 63u;
-    if (!in_line)
-        return;
-    uint64_t next = p->tx_fbox_pos + (64u - in_line);
-    if (next == p->tx_fbox_zeroed || off + (64u - in_line) >= p->tx_fbox_ring ||
-        next - p->tx_fbox_tail >= p->tx_fbox_ring)
-        return;
-    atomic_store_explicit(
-        (_Atomic uint64_t *)(p->tx_fbox + off + (64u - in_line)), 0,
-        memory_order_relaxed);
-    p->tx_fbox_zeroed = next;
+    uint32_t off = p->tx_fbox_off, ring = p->tx_fbox_ring;
+    uint64_t pos = p->tx_fbox_pos;
+    uint64_t x = pos + (64u - (off & 63u)); /* the next line start */
+    if (x < p->tx_fbox_zeroed)
+        x = p->tx_fbox_zeroed;
+    for (; x < pos + FBOX_AHEAD; x += 64) {
+        uint64_t at = off + (x - pos);
+        if (at >= ring || x - p->tx_fbox_tail >= ring)
+            break; /* the ring's start is every lap's; beyond: not free */
+        atomic_store_explicit((_Atomic uint64_t *)(p->tx_fbox + at), 0,
+                              memory_order_relaxed);
+    }
+    if (x > p->tx_fbox_zeroed)
+        p->tx_fbox_zeroed = x;
 }
 /* The same for a cell of `bytes` bytes (its header included) in an
  * FBOX_CELL entry; *pos is what ivshm__publish needs (FBOX_POS). */

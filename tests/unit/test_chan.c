@@ -720,23 +720,26 @@ static void test_fbox_entries(void **state)
     assert_int_equal(got.tag, 7);
     assert_int_equal(got.len, 1);
 
-    /* the same at the start of the next line, where the second of two
-     * 32-byte entries ends: the first one's publish zeroed it ahead */
-    while (tp->tx_fbox_off % 64 || tp->tx_fbox_off + 192 > ring)
+    /* the same at a line's start beyond what was zeroed ahead so far,
+     * where the tenth of ten 32-byte entries ends: the publishes before
+     * it zeroed it ahead (FBOX_AHEAD), so it takes no terminator */
+    while (tp->tx_fbox_off % 64 || tp->tx_fbox_off + 448 > ring)
         box_roundtrip(a, b, peer, &got, src, 40, 1);
     tp->tx_fbox_tail = atomic_load(&tp->tx_fbox_hdr->tail);
     off = rp->rx_fbox_off;
     assert_int_equal(off % 64, 0);
-    fake = FBOX_WORD(rp->rx_fbox_seq + 3, FBOX_MSG, 9, 4, rp->pseq_in + 2);
-    memcpy(rp->rx_fbox + off + 64, &fake, 8);
-    memcpy(rp->rx_fbox + off + 72, "JUNK", 4);
+    assert_true(tp->tx_fbox_zeroed <= tp->tx_fbox_pos + FBOX_AHEAD);
+    fake = FBOX_WORD(rp->rx_fbox_seq + 11, FBOX_MSG, 9, 4, rp->pseq_in + 10);
+    memcpy(rp->rx_fbox + off + 320, &fake, 8);
+    memcpy(rp->rx_fbox + off + 328, "JUNK", 4);
     n0 = got.n;
-    assert_int_equal(ivshm_ep_try_send2(b, peer, 7, src, 16, src, 8), IVSHM_OK);
-    assert_int_equal(ivshm_ep_try_send2(b, peer, 7, src, 16, src, 8), IVSHM_OK);
-    assert_int_equal(tp->tx_fbox_off, off + 64);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(ivshm_ep_try_send2(b, peer, 7, src, 16, src, 8),
+                         IVSHM_OK);
+    assert_int_equal(tp->tx_fbox_off, off + 320);
     for (int i = 0; i < 100; i++)
         ivshm_ep_progress(a);
-    assert_int_equal(got.n, n0 + 2);
+    assert_int_equal(got.n, n0 + 10);
     assert_int_equal(got.tag, 7);
     assert_int_equal(got.len, 24);
 
