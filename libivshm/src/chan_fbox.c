@@ -110,7 +110,7 @@ struct cell *ivshm__fbox_claim(struct peer *p, uint32_t bytes, uint64_t *pos)
      * (a full header) where the short form was claimed */
     if (bytes < CELL_HDR)
         bytes = CELL_HDR;
-    char *at = ivshm__fbox_entry(p, bytes, &seq);
+    char *at = ivshm__fbox_entry_fast(p, bytes, &seq);
     if (!at)
         return NULL;
     *pos = FBOX_POS(seq, bytes);

@@ -95,6 +95,8 @@ void ivshm__publish(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
     else
         ivshm__publish_word(&c->seq, pos + 1);
     IVSHM_TEST_STEP("publish");
+    if (pos & FBOX_POS_FLAG)
+        ivshm__fbox_zero_ahead(p);
     BUMP(ep, msgs_out, 1);
     BUMP(ep, bytes_out, len);
     wake(ep, p, idx);
