@@ -19,7 +19,9 @@
  * another seq (a lap holds at most ring/16 entries), and bytes of an
  * earlier lap's payload are never read as a word, since the writer zeroes
  * the word after each entry (or that place is the reader's own tail, an
- * entry of the earlier lap, or the ring's start, where every lap begins).
+ * entry of the earlier lap, or the ring's start, where every lap begins,
+ * or a line start the writer zeroed ahead after an earlier publish:
+ * ivshm__fbox_zero_ahead).
  */
 #include "chan_internal.h"
 

@@ -277,7 +277,8 @@ bool ivshm__fifo_idle(ivshm_ep_t *ep);
 void ivshm__fbox_check_grant(ivshm_ep_t *ep, struct peer *p);
 /* Room for an entry of len bytes after its word in the box p granted us:
  * its place, with its seq in *seq, or NULL if there is no box or no room.
- * The word after it is zeroed where that is free. */
+ * The word after it is zeroed where that is free (the usual case: unless
+ * it is a line start zeroed ahead). */
 char *ivshm__fbox_entry(struct peer *p, uint32_t len, uint16_t *seq);
 /* ivshm__fbox_entry's usual case inline (a send's every call): the entry
  * fits before the ring's end, with room after it by the tail we know. */

@@ -95,11 +95,11 @@ void ivshm__publish(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
     else
         ivshm__publish_word(&c->seq, pos + 1);
     IVSHM_TEST_STEP("publish");
-    if (pos & FBOX_POS_FLAG)
-        ivshm__fbox_zero_ahead(p);
     BUMP(ep, msgs_out, 1);
     BUMP(ep, bytes_out, len);
     wake(ep, p, idx);
+    if (pos & FBOX_POS_FLAG)
+        ivshm__fbox_zero_ahead(p); /* after the wake-up's fence (N0) */
 }
 
 /* A whole message of head and body straight into an FBOX_MSG entry of
@@ -124,10 +124,10 @@ HOT bool send_msg_box(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
     ivshm__publish_word((_Atomic uint64_t *)at,
                         FBOX_WORD(seq, FBOX_MSG, tag, len, p->pseq_out++));
     IVSHM_TEST_STEP("publish");
-    ivshm__fbox_zero_ahead(p);
     BUMP(ep, msgs_out, 1);
     BUMP(ep, bytes_out, len);
     wake(ep, p, idx);
+    ivshm__fbox_zero_ahead(p); /* after the wake-up's fence (N0) */
     return true;
 }
 

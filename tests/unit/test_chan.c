@@ -743,6 +743,33 @@ static void test_fbox_entries(void **state)
     assert_int_equal(got.tag, 7);
     assert_int_equal(got.len, 24);
 
+    /* zeroing ahead stopped by the tail (the box all but full): the entry
+     * that then ends on the first line start not zeroed writes its own
+     * terminator there */
+    while (tp->tx_fbox_off % 64)
+        box_roundtrip(a, b, peer, &got, src, 40, 1);
+    while (tp->tx_fbox_off != 1024)
+        box_roundtrip(a, b, peer, &got, src, 56, 1); /* 64 bytes each */
+    tp->tx_fbox_tail = atomic_load(&tp->tx_fbox_hdr->tail);
+    assert_int_equal(tp->tx_fbox_tail, tp->tx_fbox_pos); /* all free */
+    n0 = got.n;
+    for (uint32_t i = 0; i < ring / 64 - 1; i++) /* wraps to 0, up to 960 */
+        assert_int_equal(ivshm_ep_try_send(b, peer, 7, src, 56), IVSHM_OK);
+    assert_int_equal(tp->tx_fbox_off, 960);
+    assert_int_equal(tp->tx_fbox_zeroed, tp->tx_fbox_pos + 64); /* not done */
+    while (got.n < n0 + ring / 64 - 1)
+        ivshm_ep_progress(a);
+    tp->tx_fbox_tail = atomic_load(&tp->tx_fbox_hdr->tail);
+    fake = FBOX_WORD(rp->rx_fbox_seq + 2, FBOX_MSG, 9, 4, rp->pseq_in + 1);
+    memcpy(rp->rx_fbox + 1024, &fake, 8);
+    n0 = got.n;
+    assert_int_equal(ivshm_ep_try_send(b, peer, 7, src, 56), IVSHM_OK);
+    assert_int_equal(tp->tx_fbox_off, 1024);
+    for (int i = 0; i < 50; i++)
+        ivshm_ep_progress(a);
+    assert_int_equal(got.n, n0 + 1);
+    assert_int_equal(got.len, 56);
+
     /* an entry that would run past the ring's end */
     while (tp->tx_fbox_off % 64)
         box_roundtrip(a, b, peer, &got, src, 40, 1);
