@@ -233,8 +233,6 @@ bool ivshm__deliver_msg(ivshm_ep_t *ep, uint32_t idx, uint64_t w,
 {
     /* a fast box carries its one sender's life only */
     struct peer *p = ep->peers[idx];
-    uint32_t len = FBOX_LEN(w);
-    ivshm__prefetch_payload(data, len);
     /* 16 bits of the pair's sequence (fbox_msg_ok: unambiguous) */
     int32_t d = (int16_t)(FBOX_PSEQ(w) - (uint16_t)p->pseq_in);
     if (d > 0) {
@@ -246,14 +244,6 @@ bool ivshm__deliver_msg(ivshm_ep_t *ep, uint32_t idx, uint64_t w,
         ivshm__drop(ep); /* replay */
         return true;
     }
-    ivshm_msg_t m = {.sender = idx,
-                     .tag = FBOX_TAG(w),
-                     .len = len,
-                     .offset = 0,
-                     .total = len,
-                     .data = data};
-    ivshm__hand_over(ep, p, &m);
-    ep->st.msgs_in++;
-    ep->st.bytes_in += len;
+    ivshm__hand_over_msg(ep, p, idx, w, data);
     return true;
 }

@@ -266,20 +266,8 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
             bool done = true;
             if (FBOX_KIND(w) == FBOX_MSG &&
                 FBOX_PSEQ(w) == (uint16_t)p->pseq_in) {
-                /* the usual entry, the pair's next message: handed over
-                 * here (ivshm__deliver_msg does the same) */
-                uint32_t len = FBOX_LEN(w);
-                ivshm_msg_t m = {.sender = idx,
-                                 .tag = FBOX_TAG(w),
-                                 .len = len,
-                                 .offset = 0,
-                                 .total = len,
-                                 .data = at + 8};
-                if (len > 56)
-                    ivshm__prefetch_payload(at + 8, len);
-                ivshm__hand_over(ep, p, &m);
-                ep->st.msgs_in++;
-                ep->st.bytes_in += len;
+                /* the usual entry, the pair's next message */
+                ivshm__hand_over_msg(ep, p, idx, w, at + 8);
             } else if (FBOX_KIND(w) == FBOX_MSG)
                 done = ivshm__deliver_msg(ep, idx, w, at + 8,
                                           &p->rx_fbox_wait);

@@ -376,6 +376,26 @@ static inline void ivshm__prefetch_payload(const char *data, uint64_t bytes)
          l += 64)
         __builtin_prefetch(l, 0, 3);
 }
+/* An FBOX_MSG entry (word w, payload at data) that is the pair's next
+ * piece goes to the handler: the box's poll does this itself for the
+ * usual entry, ivshm__deliver_msg after its order checks. */
+static inline void ivshm__hand_over_msg(ivshm_ep_t *ep, struct peer *p,
+                                        uint32_t idx, uint64_t w,
+                                        const char *data)
+{
+    uint32_t len = FBOX_LEN(w);
+    ivshm_msg_t m = {.sender = idx,
+                     .tag = FBOX_TAG(w),
+                     .len = len,
+                     .offset = 0,
+                     .total = len,
+                     .data = data};
+    if (len > 56) /* more than the entry's first line may hold */
+        ivshm__prefetch_payload(data, len);
+    ivshm__hand_over(ep, p, &m);
+    ep->st.msgs_in++;
+    ep->st.bytes_in += len;
+}
 /* Validates one published cell and delivers it; false if it must wait.
  * expect: the only sender this queue may carry (a fast box), or -1.
  * room: bytes of our memory from the cell's start that are its own.
