@@ -23,7 +23,9 @@
 # mlat (N pairs), mbwmr (N pairs, window 64), put, get, mtrate (4 threads per rank: needs 10 CPUs), from
 # ivshm-osu; prim is the channel primitive (the build's ivshm-lat, two
 # processes on CPUs 2 and 4, no MPI; it reports medians of batches, so its
-# mean column repeats the median).
+# mean column repeats the median; with it come two more tables: the raw
+# cache-line ping-pong of the same runs, in ns, and each size's ratio to
+# it, "prim-x-raw").
 #
 # Example (two eager limits and vader, three rounds):
 #   top_builddir=$PWD/_build-release benchmarks/ab.sh --rounds 3 \
@@ -51,7 +53,7 @@ while [ $# -gt 0 ]; do
         names="$names $2"
         eval "setup_$nsetups=\$3"
         shift 2 ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "ab.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -87,7 +89,9 @@ run() { # INDEX NAME BENCH ROUND -> lines on stdout
         [ "$(nproc)" -le 4 ] || cpus="--cpus 2,4"
         # shellcheck disable=SC2086
         "$build/benchmarks/ivshm-lat" --region "file:$r" $cpus --max "$maxb" 2>"$work/err" |
-            awk -v b="$bench" -v s="$name" -v r="$round" '/^ *[0-9]/ {print b, s, "r" r, $1, $2, $2}'
+            awk -v b="$bench" -v s="$name" -v r="$round" '
+                /^ *[0-9]/ {print b, s, "r" r, $1, $2, $2; print "prim-x-raw", s, "r" r, $1, $6, $6}
+                /^# raw cache-line ping-pong/ {print "raw-pingpong", s, "r" r, 8, $6, $6}'
         return 0
     fi
     per=1 threads=1 args=""
@@ -135,6 +139,9 @@ for round in $(seq 1 "$rounds"); do
 done
 # per bench and size: the median over rounds of each set-up's median and
 # mean, and the ratios to the reference
+# prim also gives the raw cache-line ping-pong of that run and each size's
+# ratio to it (the issue's "x raw ping-pong")
+case " $benches " in *" prim "*) benches="$benches raw-pingpong prim-x-raw" ;; esac
 for bench in $benches; do
     echo
     echo "=== $bench: median over $rounds rounds (median / mean), then / $ref"
