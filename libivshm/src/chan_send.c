@@ -102,6 +102,39 @@ void ivshm__publish(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
         ivshm__fbox_zero_ahead(p); /* after the wake-up's fence (N0) */
 }
 
+/* head then body to dst, an FBOX_MSG entry's payload (dst is its word's
+ * place + 8): the bytes that share a line with the word are stored last.
+ * A receiver waiting for the entry polls that line; stored first, they
+ * would take the line away from it while the rest is written, and the
+ * word's store would have to take it back (a line's transfer more per
+ * message of more than one line). Not inline: the send of a few bytes
+ * (in order, with fixed-size moves) keeps its registers. */
+static __attribute__((noinline)) void copy_word_line_last(char *dst,
+                                                          const char *head,
+                                                          size_t head_len,
+                                                          const char *body,
+                                                          size_t body_len)
+{
+    size_t first = 64 - ((uintptr_t)dst & 63u); /* bytes in the word's line */
+    if (head_len + body_len <= first) {
+        memcpy(dst, head, head_len);
+        if (body_len)
+            memcpy(dst + head_len, body, body_len);
+    } else if (first < head_len) {
+        memcpy(dst + first, head + first, head_len - first);
+        if (body_len)
+            memcpy(dst + head_len, body, body_len);
+        memcpy(dst, head, first);
+    } else {
+        size_t in_body = first - head_len; /* body bytes in the word's line */
+        memcpy(dst + first, body + in_body, body_len - in_body);
+        if (in_body)
+            memcpy(dst + head_len, body, in_body);
+        if (head_len)
+            memcpy(dst, head, head_len);
+    }
+}
+
 /* A whole message of head and body straight into an FBOX_MSG entry of
  * the peer's box: an 8-byte word instead of a cell's 32-byte header, and
  * 16-byte packing (chan_fbox.c). False if it cannot go so (no box, no
@@ -118,8 +151,12 @@ HOT bool send_msg_box(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
     char *at = ivshm__fbox_entry_fast(p, (uint32_t)len, &seq);
     if (!at)
         return false;
-    ivshm__copy(at + 8, head, head_len);
-    ivshm__copy(at + 8 + head_len, body, body_len);
+    if (__builtin_expect(len > WORD_LINE_LAST_MIN, 0)) {
+        copy_word_line_last(at + 8, head, head_len, body, body_len);
+    } else {
+        ivshm__copy(at + 8, head, head_len);
+        ivshm__copy(at + 8 + head_len, body, body_len);
+    }
     IVSHM_TEST_STEP("claim");
     ivshm__publish_word((_Atomic uint64_t *)at,
                         FBOX_WORD(seq, FBOX_MSG, tag, len, p->pseq_out++));

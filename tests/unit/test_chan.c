@@ -789,6 +789,63 @@ static void test_fbox_entries(void **state)
     ivshm_ep_destroy(a);
 }
 
+/* Messages longer than WORD_LINE_LAST_MIN, whose bytes in the word's
+ * line are stored last (chan_send.c): every split of head and body around
+ * that line's end, from entries at each 16-byte place of a line, arrive
+ * whole and as FBOX_MSG entries, nothing written past them. */
+static void test_fbox_long_messages(void **state)
+{
+    (void)state;
+    ivshm_ep_config_t cfg = box_config();
+    cfg.cell_size = 1088;
+    static struct forms got;
+    memset(&got, 0, sizeof(got));
+    static char src[2048];
+    for (size_t i = 0; i < sizeof(src); i++)
+        src[i] = (char)(i * 11 + 1);
+    ivshm_ep_t *a, *b;
+    uint32_t peer = make_pair(&cfg, forms_handler, &got, &cfg, &a, &b);
+    struct peer *tp = box_granted(a, b, peer, &got);
+    const uint32_t lens[] = {WORD_LINE_LAST_MIN + 1, 512 + 14, 1000,
+                             1088 - CELL_SHORT_HDR};
+    for (unsigned li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
+        for (uint32_t place = 0; place < 64; place += 16) {
+            const uint32_t L = lens[li];
+            /* the first byte after the word's line, +-1, for each place */
+            const uint32_t in_line = 56 - place;
+            const uint32_t heads[] = {0, 1, in_line - 1, in_line, in_line + 1,
+                                      200, L - 1, L};
+            for (unsigned hi = 0; hi < sizeof(heads) / sizeof(heads[0]);
+                 hi++) {
+                /* 1-byte messages take 16 bytes: up to the place wanted */
+                while (tp->tx_fbox_off % 64 != place)
+                    box_roundtrip(a, b, peer, &got, src, 1, 0);
+                uint32_t h = heads[hi], n0 = got.n;
+                uint16_t seq0 = tp->tx_fbox_seq;
+                uint32_t off = tp->tx_fbox_off;
+                assert_int_equal(ivshm_ep_try_send2(b, peer, 7, src + 3, h,
+                                                    src + 3 + h, L - h),
+                                 IVSHM_OK);
+                if ((uint16_t)(tp->tx_fbox_seq - seq0) == 1) {
+                    /* no skip: the entry where the box was */
+                    uint64_t w;
+                    memcpy(&w, tp->tx_fbox + off, 8);
+                    assert_int_equal(FBOX_KIND(w), FBOX_MSG);
+                    assert_int_equal(FBOX_LEN(w), L);
+                }
+                memset(got.buf, 0, L + 64);
+                while (got.n == n0)
+                    ivshm_ep_progress(a);
+                assert_int_equal(got.len, L);
+                assert_int_equal(got.tag, 7);
+                assert_memory_equal(got.buf, src + 3, L);
+                assert_int_equal(got.buf[L], 0);
+            }
+        }
+    ivshm_ep_destroy(b);
+    ivshm_ep_destroy(a);
+}
+
 /* The word of the box entry at ring offset off, as the receiver sees it. */
 static uint64_t box_word(const struct peer *rp, uint32_t off)
 {
@@ -1078,6 +1135,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reserve_frag, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cell_forms, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fbox_entries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fbox_long_messages, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_fbox_order_and_bounds, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_wakeup_races, setup, teardown),
