@@ -302,12 +302,12 @@ static inline char *ivshm__fbox_entry_fast(struct peer *p, uint32_t len,
     }
     return ivshm__fbox_entry(p, len, seq);
 }
-/* An FBOX_MSG entry longer than this stores the bytes in its word's line
- * last (chan_send.c, copy_word_line_last). Taken from 33 bytes on, that
- * order gained at 512 B-1 KiB and lost at 256 B in every run on the
- * 16-core machine (docs/channels.md, "The word's line last"); shorter
- * messages keep the inline copy in order. */
-#define WORD_LINE_LAST_MIN 320u
+/* An FBOX_MSG entry of more bytes than this (message and the front end's
+ * header) stores the bytes in its word's line last (chan_send.c,
+ * copy_word_line_last); below, the copy in order lost (docs/channels.md,
+ * "The word's line last"). */
+#define FBOX_WORD_LINE_LAST_ABOVE 320u
+_Static_assert(FBOX_WORD_LINE_LAST_ABOVE >= 64, "longer than the word's line");
 /* How far ahead of the write position line starts are zeroed. */
 #define FBOX_AHEAD 256u
 /* After a publish: zeroes the first word of the lines that start within

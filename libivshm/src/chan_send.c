@@ -115,12 +115,10 @@ static __attribute__((noinline)) void copy_word_line_last(char *dst,
                                                           const char *body,
                                                           size_t body_len)
 {
-    size_t first = 64 - ((uintptr_t)dst & 63u); /* bytes in the word's line */
-    if (head_len + body_len <= first) {
-        memcpy(dst, head, head_len);
-        if (body_len)
-            memcpy(dst + head_len, body, body_len);
-    } else if (first < head_len) {
+    /* bytes in the word's line: 8 to 56 (a word lies on 16 bytes), fewer
+     * than the message's (FBOX_WORD_LINE_LAST_ABOVE) */
+    size_t first = 64 - ((uintptr_t)dst & 63u);
+    if (first < head_len) {
         memcpy(dst + first, head + first, head_len - first);
         if (body_len)
             memcpy(dst + head_len, body, body_len);
@@ -151,7 +149,7 @@ HOT bool send_msg_box(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
     char *at = ivshm__fbox_entry_fast(p, (uint32_t)len, &seq);
     if (!at)
         return false;
-    if (__builtin_expect(len > WORD_LINE_LAST_MIN, 0)) {
+    if (__builtin_expect(len > FBOX_WORD_LINE_LAST_ABOVE, 0)) {
         copy_word_line_last(at + 8, head, head_len, body, body_len);
     } else {
         ivshm__copy(at + 8, head, head_len);

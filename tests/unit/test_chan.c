@@ -601,6 +601,7 @@ static void box_roundtrip(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t peer,
                           int way)
 {
     uint32_t n0 = got->n;
+    memset(got->buf, 0, L + 64); /* first: a test may deliver at publish */
     if (way == 0) {
         assert_int_equal(ivshm_ep_try_send(b, peer, 7, src, L), IVSHM_OK);
     } else if (way == 1) {
@@ -614,7 +615,6 @@ static void box_roundtrip(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t peer,
         memcpy(buf, src, L);
         assert_int_equal(ivshm_ep_commit(b, &rsv, 7, L), IVSHM_OK);
     }
-    memset(got->buf, 0, L + 64);
     while (got->n == n0)
         ivshm_ep_progress(a);
     assert_int_equal(got->n, n0 + 1);
@@ -789,10 +789,13 @@ static void test_fbox_entries(void **state)
     ivshm_ep_destroy(a);
 }
 
-/* Messages longer than WORD_LINE_LAST_MIN, whose bytes in the word's
- * line are stored last (chan_send.c): every split of head and body around
- * that line's end, from entries at each 16-byte place of a line, arrive
- * whole and as FBOX_MSG entries, nothing written past them. */
+/* Messages longer than FBOX_WORD_LINE_LAST_ABOVE, whose bytes in the
+ * word's line are stored last (chan_send.c): every split of head and body
+ * around that line's end, from entries at each 16-byte place of a line
+ * (or at the ring's start after a SKIP), go into the box as FBOX_MSG
+ * entries with their payload in place when the word is published (the
+ * receiver polls right then), and the entry's padding after the payload
+ * is not written. */
 static void test_fbox_long_messages(void **state)
 {
     (void)state;
@@ -806,8 +809,12 @@ static void test_fbox_long_messages(void **state)
     ivshm_ep_t *a, *b;
     uint32_t peer = make_pair(&cfg, forms_handler, &got, &cfg, &a, &b);
     struct peer *tp = box_granted(a, b, peer, &got);
-    const uint32_t lens[] = {WORD_LINE_LAST_MIN + 1, 512 + 14, 1000,
+    const uint32_t ring = tp->tx_fbox_ring;
+    const uint32_t lens[] = {FBOX_WORD_LINE_LAST_ABOVE + 1, 512 + 14, 1000,
                              1088 - CELL_SHORT_HDR};
+    memset(&at_pub, 0, sizeof(at_pub));
+    at_pub.rx = a;
+    ivshm__test_step = poll_at_publish;
     for (unsigned li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
         for (uint32_t place = 0; place < 64; place += 16) {
             const uint32_t L = lens[li];
@@ -822,26 +829,38 @@ static void test_fbox_long_messages(void **state)
                     box_roundtrip(a, b, peer, &got, src, 1, 0);
                 uint32_t h = heads[hi], n0 = got.n;
                 uint16_t seq0 = tp->tx_fbox_seq;
-                uint32_t off = tp->tx_fbox_off;
+                /* where the entry goes: here, or after a SKIP at 0 */
+                uint32_t at = tp->tx_fbox_off;
+                uint32_t size = fbox_entry_size(at, L);
+                bool skip = ring - at < size;
+                if (skip)
+                    size = fbox_entry_size(at = 0, L);
+                char *pad = tp->tx_fbox + at + 8 + L;
+                const uint32_t npad = size - 8 - L;
+                memset(pad, 0xa5, npad);
+                memset(got.buf, 0, L + 64);
                 assert_int_equal(ivshm_ep_try_send2(b, peer, 7, src + 3, h,
                                                     src + 3 + h, L - h),
                                  IVSHM_OK);
-                if ((uint16_t)(tp->tx_fbox_seq - seq0) == 1) {
-                    /* no skip: the entry where the box was */
-                    uint64_t w;
-                    memcpy(&w, tp->tx_fbox + off, 8);
-                    assert_int_equal(FBOX_KIND(w), FBOX_MSG);
-                    assert_int_equal(FBOX_LEN(w), L);
-                }
-                memset(got.buf, 0, L + 64);
-                while (got.n == n0)
-                    ivshm_ep_progress(a);
+                assert_int_equal((uint16_t)(tp->tx_fbox_seq - seq0),
+                                 skip ? 2 : 1);
+                uint64_t w;
+                memcpy(&w, tp->tx_fbox + at, 8);
+                assert_int_equal(FBOX_KIND(w), FBOX_MSG);
+                assert_int_equal(FBOX_LEN(w), L);
+                for (uint32_t i = 0; i < npad; i++)
+                    assert_int_equal((unsigned char)pad[i], 0xa5);
+                /* delivered at the publish: its bytes were in place */
+                assert_int_equal(got.n, n0 + 1);
                 assert_int_equal(got.len, L);
                 assert_int_equal(got.tag, 7);
                 assert_memory_equal(got.buf, src + 3, L);
                 assert_int_equal(got.buf[L], 0);
             }
         }
+    assert_true(at_pub.polls > 0);
+    ivshm__test_step = NULL;
+    at_pub.rx = NULL;
     ivshm_ep_destroy(b);
     ivshm_ep_destroy(a);
 }
