@@ -1,7 +1,9 @@
 #!/bin/sh
 # A/B of builds or settings between two simulated VMs, interleaved rounds:
 # round 1 of every set-up, then round 2, ... so that a machine that drifts
-# bends every set-up alike. Prints one line per measurement
+# bends every set-up alike; round r starts with set-up r (their order
+# rotates), so that no set-up always runs in the same place of a round.
+# Prints one line per measurement
 #   bench set-up rN bytes median mean
 # and then, per benchmark and size, the median over the rounds of every
 # set-up and its ratio to the reference set-up (the last one, or --ref).
@@ -53,7 +55,7 @@ while [ $# -gt 0 ]; do
         names="$names $2"
         eval "setup_$nsetups=\$3"
         shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "ab.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -128,12 +130,17 @@ i=0
 for name in $names; do
     i=$((i + 1)); eval "echo \"# set-up $name: \$setup_$i\""
 done
+nth() { _n=$1; shift; eval "echo \${$_n}"; } # nth N WORDS...
 for round in $(seq 1 "$rounds"); do
     for bench in $benches; do
-        i=0
-        for name in $names; do
-            i=$((i + 1))
-            run $i "$name" "$bench" "$round" | tee -a "$work/all"
+        # round r starts at set-up r (mod their number): no set-up always
+        # runs first or right after another one
+        k=0
+        while [ $k -lt $nsetups ]; do
+            i=$(( (round - 1 + k) % nsetups + 1 ))
+            # shellcheck disable=SC2086
+            run $i "$(nth $i $names)" "$bench" "$round" | tee -a "$work/all"
+            k=$((k + 1))
         done
     done
 done
