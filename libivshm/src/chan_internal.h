@@ -304,8 +304,8 @@ static inline char *ivshm__fbox_entry_fast(struct peer *p, uint32_t len,
 }
 /* An FBOX_MSG entry of more bytes than this (message and the front end's
  * header) stores the bytes in its word's line last (chan_send.c,
- * copy_word_line_last); below, the copy in order lost (docs/channels.md,
- * "The word's line last"). */
+ * copy_word_line_last); shorter ones are copied in order, where that
+ * other order lost at 256 B (docs/channels.md, "The word's line last"). */
 #define FBOX_WORD_LINE_LAST_ABOVE 320u
 _Static_assert(FBOX_WORD_LINE_LAST_ABOVE >= 64, "longer than the word's line");
 /* How far ahead of the write position line starts are zeroed. */
