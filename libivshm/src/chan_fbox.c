@@ -196,18 +196,6 @@ void ivshm__fbox_release(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
     ep->fbox_granted--;
 }
 
-/* The word of the entry at the head of p's box, if one is published
- * there (F0, reader). A box found broken is not read again. */
-static inline bool head_entry(const struct peer *p, uint64_t *w)
-{
-    if (p->rx_fbox_bad)
-        return false;
-    uint64_t v = atomic_load_explicit(entry_word(p->rx_fbox + p->rx_fbox_off),
-                                      memory_order_acquire);
-    *w = v;
-    return FBOX_KIND(v) && FBOX_SEQ(v) == (uint16_t)(p->rx_fbox_seq + 1);
-}
-
 /* Bytes the entry with word w at offset off takes, 0 if it breaks the
  * rules of our boxes (its sender wrote it: untrusted). */
 static uint32_t entry_size(const ivshm_ep_t *ep, uint64_t w, uint32_t off)
@@ -231,6 +219,57 @@ static uint32_t entry_size(const ivshm_ep_t *ep, uint64_t w, uint32_t off)
     return size <= ring - off ? size : 0;
 }
 
+/* The box moves past the entry of `size` bytes at its head, delivered. */
+static inline void box_advance(const ivshm_ep_t *ep, struct peer *p,
+                               uint32_t size)
+{
+    uint32_t next = p->rx_fbox_off + size;
+    p->rx_fbox_wait = 0;
+    p->rx_fbox_pos += size;
+    p->rx_fbox_off = next == ep->fbox_ring ? 0 : next;
+    p->rx_fbox_seq++;
+}
+
+/* F1: releases the bytes read, in batches of a quarter ring, or all of
+ * them where the pass did not end on its budget. */
+static inline void box_release(const ivshm_ep_t *ep, struct peer *p, bool all)
+{
+    if (p->rx_fbox_pos != p->rx_fbox_released &&
+        (p->rx_fbox_pos - p->rx_fbox_released >= ep->fbox_ring / 4 || all)) {
+        atomic_store_explicit(&p->rx_fbox_hdr->tail, p->rx_fbox_pos,
+                              memory_order_release);
+        p->rx_fbox_released = p->rx_fbox_pos;
+    }
+}
+
+int ivshm__fbox_poll_usual(ivshm_ep_t *ep, int budget)
+{
+    uint32_t idx = ep->active[0];
+    struct peer *p = ep->peers[idx];
+    if (!p || !p->rx_fbox || p->dead)
+        return -1;
+    int n = 0;
+    uint64_t w;
+    while (n < budget && ivshm__fbox_head_entry(p, &w)) {
+        uint32_t off = p->rx_fbox_off;
+        uint32_t size = FBOX_KIND(w) == FBOX_MSG &&
+                                FBOX_PSEQ(w) == (uint16_t)p->pseq_in
+                            ? entry_size(ep, w, off)
+                            : 0;
+        if (!size)
+            break; /* the whole pass takes it */
+        ivshm__hand_over_msg(ep, p, idx, w, p->rx_fbox + off + 8);
+        box_advance(ep, p, size);
+        n++;
+        if (!p->rx_fbox)
+            return n; /* sender died in the handler's wake */
+    }
+    if (!n)
+        return -1;
+    box_release(ep, p, n < budget);
+    return n;
+}
+
 int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
 {
     int n = 0;
@@ -248,7 +287,7 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
         bool drained = false, waits = false;
         while (n < budget && k < budget) {
             uint64_t w;
-            if (!head_entry(p, &w)) {
+            if (!ivshm__fbox_head_entry(p, &w)) {
                 drained = true;
                 break;
             }
@@ -279,10 +318,7 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
                 waits = true; /* its head waits: looked at to the end */
                 break;        /* its FIFO predecessors first */
             }
-            p->rx_fbox_wait = 0;
-            p->rx_fbox_pos += size;
-            p->rx_fbox_off = off + size == ep->fbox_ring ? 0 : off + size;
-            p->rx_fbox_seq++;
+            box_advance(ep, p, size);
             if (FBOX_KIND(w) != FBOX_SKIP)
                 n++;
             k++;
@@ -298,14 +334,8 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
         }
         /* (k == 0 too: an earlier pass may have ended on the budget with
          * bytes read but not released) */
-        if (p->rx_fbox && p->rx_fbox_pos != p->rx_fbox_released &&
-            (p->rx_fbox_pos - p->rx_fbox_released >= ep->fbox_ring / 4 ||
-             n < budget)) {
-            /* F1: release consumed fast-box bytes */
-            atomic_store_explicit(&p->rx_fbox_hdr->tail, p->rx_fbox_pos,
-                                  memory_order_release);
-            p->rx_fbox_released = p->rx_fbox_pos;
-        }
+        if (p->rx_fbox)
+            box_release(ep, p, n < budget);
     }
     return n;
 }
@@ -315,20 +345,8 @@ bool ivshm__fbox_ready(ivshm_ep_t *ep)
     uint64_t w;
     for (uint32_t i = 0; i < ep->nactive; i++) {
         const struct peer *p = ep->peers[ep->active[i]];
-        if (p && p->rx_fbox && head_entry(p, &w))
+        if (p && p->rx_fbox && ivshm__fbox_head_entry(p, &w))
             return true;
     }
     return false;
-}
-
-bool ivshm__fbox_idle(ivshm_ep_t *ep)
-{
-    uint64_t w;
-    for (uint32_t i = 0; i < ep->nactive; i++) {
-        const struct peer *p = ep->peers[ep->active[i]];
-        /* a dead sender's drained box is released by the poll */
-        if (p && p->rx_fbox && (p->dead || head_entry(p, &w)))
-            return false;
-    }
-    return true;
 }

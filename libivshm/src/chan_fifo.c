@@ -210,12 +210,3 @@ bool ivshm__fifo_ready(ivshm_ep_t *ep)
 {
     return published(fifo_cell(ep, ep->rx_pos), ep->rx_pos);
 }
-
-bool ivshm__fifo_idle(ivshm_ep_t *ep)
-{
-    /* a claimed cell, published or not, moves head past rx_pos: a stopped
-     * claimer does not hide the cells after its own. seq_cst: a waiter
-     * arms its wake-up bit (a seq_cst RMW) and then calls progress, whose
-     * first look is this load; N0 needs it ordered after the arm */
-    return !ep->npend && atomic_load(&ep->ctl->head) == ep->rx_pos;
-}

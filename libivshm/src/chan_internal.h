@@ -270,8 +270,18 @@ int ivshm__fifo_poll(ivshm_ep_t *ep, int budget);
 /* A published cell waits at the head of our FIFO (reads nothing else). */
 bool ivshm__fifo_ready(ivshm_ep_t *ep);
 /* Nothing to do in the FIFO: nothing claimed past what we read, nothing
- * parked. */
-bool ivshm__fifo_idle(ivshm_ep_t *ep);
+ * parked, nothing read that the tail does not release yet (a pass that
+ * ended on its budget left that to the next). Inline: every progress call
+ * asks it first. seq_cst: a waiter arms its wake-up bit (a seq_cst RMW)
+ * and then calls progress, whose first look at the FIFO is this load; N0
+ * needs it ordered after the arm. A claimed cell, published or not, moves
+ * head past rx_pos: a stopped claimer does not hide the cells after its
+ * own. */
+static inline bool ivshm__fifo_idle(ivshm_ep_t *ep)
+{
+    return !ep->npend && ep->tail_published == ep->rx_pos &&
+           atomic_load(&ep->ctl->head) == ep->rx_pos;
+}
 
 /* chan_fbox.c */
 void ivshm__fbox_check_grant(ivshm_ep_t *ep, struct peer *p);
@@ -341,11 +351,43 @@ struct cell *ivshm__fbox_claim(struct peer *p, uint32_t bytes, uint64_t *pos);
 void ivshm__fbox_grant(ivshm_ep_t *ep, struct peer *p, uint32_t idx);
 void ivshm__fbox_release(ivshm_ep_t *ep, struct peer *p, uint32_t idx);
 int ivshm__fbox_poll(ivshm_ep_t *ep, int budget);
+/* The usual call of a receiver with one fast box (ep->nactive == 1; a
+ * pair, a halo's neighbour) whose FIFO is idle: takes the entries at the
+ * box's head that are the pair's next messages, as they come, up to the
+ * budget. -1 where the head holds anything else (a cell, a skip, a piece
+ * out of order, a broken entry, a dead sender's box): the whole pass
+ * (ivshm__fbox_poll) takes that. */
+int ivshm__fbox_poll_usual(ivshm_ep_t *ep, int budget);
 /* A published cell waits in one of the fast boxes we granted. */
 bool ivshm__fbox_ready(ivshm_ep_t *ep);
-/* Nothing to do in any fast box: none has a published cell at its head,
- * none belongs to a sender that died. */
-bool ivshm__fbox_idle(ivshm_ep_t *ep);
+/* The word of the entry at the head of p's box, if one is published
+ * there (F0, reader). A box found broken is not read again. */
+static inline bool ivshm__fbox_head_entry(const struct peer *p, uint64_t *w)
+{
+    if (p->rx_fbox_bad)
+        return false;
+    uint64_t v = atomic_load_explicit(
+        (_Atomic uint64_t *)(p->rx_fbox + p->rx_fbox_off),
+        memory_order_acquire);
+    *w = v;
+    return FBOX_KIND(v) && FBOX_SEQ(v) == (uint16_t)(p->rx_fbox_seq + 1);
+}
+/* Nothing to do in any fast box: none has a published cell at its head
+ * or bytes read that its tail does not release yet, none belongs to a
+ * sender that died. Inline, as ivshm__fifo_idle. */
+static inline bool ivshm__fbox_idle(ivshm_ep_t *ep)
+{
+    uint64_t w;
+    for (uint32_t i = 0; i < ep->nactive; i++) {
+        const struct peer *p = ep->peers[ep->active[i]];
+        /* a dead sender's drained box is released by the poll */
+        if (p && p->rx_fbox &&
+            (p->dead || p->rx_fbox_pos != p->rx_fbox_released ||
+             ivshm__fbox_head_entry(p, &w)))
+            return false;
+    }
+    return true;
+}
 
 /* chan_frag.c */
 int ivshm__frag_take(ivshm_ep_t *ep);
