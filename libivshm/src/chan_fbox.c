@@ -242,6 +242,14 @@ static inline void box_release(const ivshm_ep_t *ep, struct peer *p, bool all)
     }
 }
 
+/* Is the entry with word w the usual one, a message that is the pair's
+ * next piece (it goes to the handler as it is)? */
+static inline bool usual_entry(const struct peer *p, uint64_t w)
+{
+    return FBOX_KIND(w) == FBOX_MSG &&
+           FBOX_PSEQ(w) == (uint16_t)p->pseq_in;
+}
+
 int ivshm__fbox_poll_usual(ivshm_ep_t *ep, int budget)
 {
     uint32_t idx = ep->active[0];
@@ -252,10 +260,7 @@ int ivshm__fbox_poll_usual(ivshm_ep_t *ep, int budget)
     uint64_t w;
     while (n < budget && ivshm__fbox_head_entry(p, &w)) {
         uint32_t off = p->rx_fbox_off;
-        uint32_t size = FBOX_KIND(w) == FBOX_MSG &&
-                                FBOX_PSEQ(w) == (uint16_t)p->pseq_in
-                            ? entry_size(ep, w, off)
-                            : 0;
+        uint32_t size = usual_entry(p, w) ? entry_size(ep, w, off) : 0;
         if (!size)
             break; /* the whole pass takes it */
         ivshm__hand_over_msg(ep, p, idx, w, p->rx_fbox + off + 8);
@@ -303,8 +308,7 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
             }
             char *at = p->rx_fbox + off;
             bool done = true;
-            if (FBOX_KIND(w) == FBOX_MSG &&
-                FBOX_PSEQ(w) == (uint16_t)p->pseq_in) {
+            if (usual_entry(p, w)) {
                 /* the usual entry, the pair's next message */
                 ivshm__hand_over_msg(ep, p, idx, w, at + 8);
             } else if (FBOX_KIND(w) == FBOX_MSG)

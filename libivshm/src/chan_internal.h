@@ -272,15 +272,15 @@ bool ivshm__fifo_ready(ivshm_ep_t *ep);
 /* Nothing to do in the FIFO: nothing claimed past what we read, nothing
  * parked, nothing read that the tail does not release yet (a pass that
  * ended on its budget left that to the next). Inline: every progress call
- * asks it first. seq_cst: a waiter arms its wake-up bit (a seq_cst RMW)
- * and then calls progress, whose first look at the FIFO is this load; N0
- * needs it ordered after the arm. A claimed cell, published or not, moves
+ * asks it first. seq_cst, and first whatever else holds: a waiter arms its
+ * wake-up bit (a seq_cst RMW) and then calls progress, whose first look
+ * at the FIFO is this load; N0 needs it ordered after the arm. A claimed cell, published or not, moves
  * head past rx_pos: a stopped claimer does not hide the cells after its
  * own. */
 static inline bool ivshm__fifo_idle(ivshm_ep_t *ep)
 {
-    return !ep->npend && ep->tail_published == ep->rx_pos &&
-           atomic_load(&ep->ctl->head) == ep->rx_pos;
+    return atomic_load(&ep->ctl->head) == ep->rx_pos && !ep->npend &&
+           ep->tail_published == ep->rx_pos;
 }
 
 /* chan_fbox.c */
@@ -354,9 +354,10 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget);
 /* The usual call of a receiver with one fast box (ep->nactive == 1; a
  * pair, a halo's neighbour) whose FIFO is idle: takes the entries at the
  * box's head that are the pair's next messages, as they come, up to the
- * budget. -1 where the head holds anything else (a cell, a skip, a piece
- * out of order, a broken entry, a dead sender's box): the whole pass
- * (ivshm__fbox_poll) takes that. */
+ * budget, and returns how many. It stops at anything else (a cell, a
+ * skip, a piece out of order, a broken entry); the whole pass
+ * (ivshm__fbox_poll) takes that, in this call (-1: nothing was taken, or
+ * the sender is dead) or in the next. */
 int ivshm__fbox_poll_usual(ivshm_ep_t *ep, int budget);
 /* A published cell waits in one of the fast boxes we granted. */
 bool ivshm__fbox_ready(ivshm_ep_t *ep);

@@ -379,9 +379,8 @@ ivshm_status_t ivshm_ep_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
     struct peer *p = NULL;
     unsigned spins = 0;
     /* The usual message, whole in the peer's fast box, takes the steps of
-     * ivshm_ep_try_send2 inline: through the general loop below it cost
-     * three calls' frames and the choice of a form (ivshm-lat, 8 B: 324
-     * instructions per send; docs/channels.md, "The primitive's path") */
+     * ivshm_ep_try_send2 inline, without the general loop's calls and its
+     * choice of a form (docs/channels.md, "The primitive's path") */
     ivshm_status_t st = tx_begin(ep, peer, &p);
     if (st == IVSHM_OK && len <= ep->cfg.frag_size &&
         send_msg_box(ep, p, peer, tag, buf, len, NULL, 0))
