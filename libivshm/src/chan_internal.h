@@ -269,14 +269,14 @@ struct cell *ivshm__fifo_claim(ivshm_ep_t *ep, struct peer *p, uint64_t *pos);
 int ivshm__fifo_poll(ivshm_ep_t *ep, int budget);
 /* A published cell waits at the head of our FIFO (reads nothing else). */
 bool ivshm__fifo_ready(ivshm_ep_t *ep);
-/* Nothing to do in the FIFO: nothing claimed past what we read, nothing
- * parked, nothing read that the tail does not release yet (a pass that
- * ended on its budget left that to the next). Inline: every progress call
- * asks it first. seq_cst, and first whatever else holds: a waiter arms its
- * wake-up bit (a seq_cst RMW) and then calls progress, whose first look
- * at the FIFO is this load; N0 needs it ordered after the arm. A claimed cell, published or not, moves
- * head past rx_pos: a stopped claimer does not hide the cells after its
- * own. */
+/* Nothing to do in the FIFO: nothing claimed past what we read (a claimed
+ * cell, published or not, moves head past rx_pos, so a stopped claimer
+ * does not hide the cells after its own), nothing parked, nothing read
+ * that the tail does not release yet (a pass that ended on its budget
+ * left that to the next). Inline: every progress call asks it first.
+ * The head's load is seq_cst and comes first: a waiter arms its wake-up
+ * bit (a seq_cst RMW) and then calls progress; N0 needs this load ordered
+ * after the arm. */
 static inline bool ivshm__fifo_idle(ivshm_ep_t *ep)
 {
     return atomic_load(&ep->ctl->head) == ep->rx_pos && !ep->npend &&
