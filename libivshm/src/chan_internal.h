@@ -330,8 +330,10 @@ _Static_assert(FBOX_WORD_LINE_LAST_ABOVE >= 64, "longer than the word's line");
  * terminator; a line start is written again only as part of an entry. */
 static inline void ivshm__fbox_zero_ahead(struct peer *p)
 {
-    uint32_t off = p->tx_fbox_off, ring = p->tx_fbox_ring;
     uint64_t pos = p->tx_fbox_pos;
+    if (p->tx_fbox_zeroed >= pos + FBOX_AHEAD)
+        return; /* done ahead already: every other small message */
+    uint32_t off = p->tx_fbox_off, ring = p->tx_fbox_ring;
     uint64_t x = pos + (64u - (off & 63u)); /* the next line start */
     if (x < p->tx_fbox_zeroed)
         x = p->tx_fbox_zeroed;

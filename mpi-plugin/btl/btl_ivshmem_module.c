@@ -236,22 +236,6 @@ void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m)
                             (mca_btl_base_tag_t)m->tag, (void *)m->data, m->len);
 }
 
-/* Shared by both modules: hands one received message to the callback ob1
- * registered for its tag (the tag was checked by the caller). */
-void mca_btl_ivshmem_deliver(struct mca_btl_base_module_t *btl,
-                             struct mca_btl_base_endpoint_t *ep,
-                             mca_btl_base_tag_t tag, void *data, size_t len)
-{
-    const mca_btl_active_message_callback_t *reg =
-        mca_btl_base_active_message_trigger + tag;
-    if (!reg->cbfunc)
-        return;
-    mca_btl_base_segment_t seg;
-    seg.seg_addr.pval = data;
-    seg.seg_len = len;
-    ivshmem_compat_deliver(btl, ep, tag, &seg, reg);
-}
-
 /* ---- MPI_THREAD_MULTIPLE ----
  * ob1 calls from any thread. Each entry point that reaches the endpoint,
  * its peers or our pending lists runs under the component's lock, which

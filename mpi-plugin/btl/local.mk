@@ -28,7 +28,11 @@ endif
 mpi_plugin_btl_libbtl_ivshmem_la_CFLAGS = $(OMPI_COMPONENT_CFLAGS)
 ompicomponent_LTLIBRARIES += mpi-plugin/btl/mca_btl_ivshmem.la
 mpi_plugin_btl_mca_btl_ivshmem_la_SOURCES =
-mpi_plugin_btl_mca_btl_ivshmem_la_LDFLAGS = $(OMPI_COMPONENT_LDFLAGS)
+# libivshm's symbols stay inside the component (as in the UCT module):
+# its calls into the channel are direct, not through the PLT, and nothing
+# else binds to this copy (ivshm_locate_v1 is the component's own)
+mpi_plugin_btl_mca_btl_ivshmem_la_LDFLAGS = $(OMPI_COMPONENT_LDFLAGS) \
+	-Wl,--exclude-libs,libivshm-core.a
 mpi_plugin_btl_mca_btl_ivshmem_la_LIBADD = mpi-plugin/btl/libbtl-ivshmem.la \
 	libivshm/libivshm-core.la $(OPAL_LIBS) $(VERBS_LIBS) -ldl
 ompihelpdir = $(OMPI_HELPDIR)
