@@ -196,25 +196,27 @@ void ivshm__fbox_release(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
     ep->fbox_granted--;
 }
 
-/* Bytes the entry with word w at offset off takes, 0 if it breaks the
- * rules of our boxes (its sender wrote it: untrusted). */
-static inline uint32_t fits_ring(const ivshm_ep_t *ep, uint64_t w,
-                                 uint32_t off)
+/* The bytes of an entry with word w at offset off if it ends inside the
+ * ring, else 0. */
+static inline uint32_t size_in_ring(const ivshm_ep_t *ep, uint64_t w,
+                                    uint32_t off)
 {
     uint32_t size = fbox_entry_size(off, FBOX_LEN(w));
     return size <= ep->fbox_ring - off ? size : 0;
 }
 
-/* entry_size of an FBOX_MSG entry: inline, as the usual poll takes one
- * per message (a call was a fifth of the box's cost per message) */
+/* entry_size of an FBOX_MSG entry, inline: the usual poll sizes every
+ * message with it (docs/channels.md, "The receive glue") */
 static inline uint32_t msg_entry_size(const ivshm_ep_t *ep, uint64_t w,
                                       uint32_t off)
 {
     if ((int32_t)FBOX_LEN(w) > ep->fbox_msg_max)
         return 0;
-    return fits_ring(ep, w, off);
+    return size_in_ring(ep, w, off);
 }
 
+/* Bytes the entry with word w at offset off takes, 0 if it breaks the
+ * rules of our boxes (its sender wrote it: untrusted). */
 static uint32_t entry_size(const ivshm_ep_t *ep, uint64_t w, uint32_t off)
 {
     switch (FBOX_KIND(w)) {
@@ -225,7 +227,7 @@ static uint32_t entry_size(const ivshm_ep_t *ep, uint64_t w, uint32_t off)
     case FBOX_CELL:
         if (FBOX_LEN(w) < CELL_SHORT_HDR || FBOX_LEN(w) > ep->g.cell_size)
             return 0;
-        return fits_ring(ep, w, off);
+        return size_in_ring(ep, w, off);
     default:
         return 0;
     }

@@ -678,19 +678,28 @@ static void test_release_after_budget(void **state)
  * takes the box's usual entries without the whole pass; after the gap's
  * wait (GAP_WAIT_NS) the whole pass, which did not poll the idle FIFO,
  * counts the piece lost and hands the message over. */
+/* A pair whose receiver rx has one fast box, granted to tx, and an idle
+ * FIFO (the usual poll's case): the receiver's record of tx. */
+static struct peer *one_box_pair(struct forms *got, ivshm_ep_t **rx,
+                                 ivshm_ep_t **tx, uint32_t *peer)
+{
+    ivshm_ep_config_t cfg = box_config();
+    memset(got, 0, sizeof(*got));
+    *peer = make_pair(&cfg, forms_handler, got, &cfg, rx, tx);
+    box_granted(*rx, *tx, *peer, got);
+    while (ivshm_ep_progress(*rx) > 0)
+        ;
+    assert_int_equal((*rx)->nactive, 1);
+    return (*rx)->peers[ivshm_ep_index(*tx)];
+}
+
 static void test_fbox_ahead_of_lost_piece(void **state)
 {
     (void)state;
-    ivshm_ep_config_t cfg = box_config();
     static struct forms got;
-    memset(&got, 0, sizeof(got));
     ivshm_ep_t *rx, *tx;
-    uint32_t peer = make_pair(&cfg, forms_handler, &got, &cfg, &rx, &tx);
-    box_granted(rx, tx, peer, &got);
-    while (ivshm_ep_progress(rx) > 0)
-        ;
-    struct peer *rp = rx->peers[ivshm_ep_index(tx)];
-    assert_int_equal(rx->nactive, 1);
+    uint32_t peer;
+    struct peer *rp = one_box_pair(&got, &rx, &tx, &peer);
     rp->pseq_in--; /* a piece before the next one is missing */
     uint32_t n0 = got.n;
     assert_int_equal(ivshm_ep_try_send(tx, peer, 3, "late", 4), IVSHM_OK);
@@ -706,6 +715,34 @@ static void test_fbox_ahead_of_lost_piece(void **state)
     ivshm_ep_stats_t es;
     ivshm_ep_stats(rx, &es);
     assert_int_equal(es.invalid_dropped, 1);
+    ivshm_ep_destroy(tx);
+    ivshm_ep_destroy(rx);
+}
+
+/* A message entry longer than a cell's payload (fbox_msg_max) but inside
+ * the ring, at the head of the one box of a receiver whose FIFO is idle:
+ * dropped, the box no longer read, nothing handed over. */
+static void test_fbox_msg_too_long(void **state)
+{
+    (void)state;
+    static struct forms got;
+    ivshm_ep_t *rx, *tx;
+    uint32_t peer;
+    struct peer *rp = one_box_pair(&got, &rx, &tx, &peer);
+    uint32_t off = rp->rx_fbox_off, len = (uint32_t)rx->fbox_msg_max + 1;
+    assert_true(off + fbox_entry_size(off, len) <= rx->fbox_ring);
+    uint64_t fake = FBOX_WORD(rp->rx_fbox_seq + 1, FBOX_MSG, 7, len,
+                              rp->pseq_in);
+    memcpy(rp->rx_fbox + off, &fake, 8);
+    uint32_t n0 = got.n;
+    for (int i = 0; i < 10; i++)
+        ivshm_ep_progress(rx);
+    assert_int_equal(got.n, n0);
+    ivshm_ep_stats_t es;
+    ivshm_ep_stats(rx, &es);
+    assert_int_equal(es.invalid_dropped, 1);
+    assert_true(rp->rx_fbox_bad);
+    (void)peer;
     ivshm_ep_destroy(tx);
     ivshm_ep_destroy(rx);
 }
@@ -1246,6 +1283,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reserve_and_region, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_frag, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cell_forms, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fbox_msg_too_long, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_fbox_entries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fbox_long_messages, setup,
                                         teardown),
