@@ -6,7 +6,10 @@
 # Prints one line per measurement
 #   bench set-up rN bytes median mean
 # and then, per benchmark and size, the median over the rounds of every
-# set-up and its ratio to the reference set-up (the last one, or --ref).
+# set-up and its ratio to the reference set-up (the last one, or --ref),
+# and the share of job pairs (one of the set-up, one of the reference) in
+# which the set-up's figure was the higher: jobs fall into fast and slow
+# modes on some machines, and this share tells a difference from them.
 #
 #   ab.sh [--rounds N] [--benches "latency bw ..."] [--max BYTES] [--reps R]
 #         [--pairs N] [--ref NAME] [--region-size SIZE]
@@ -182,4 +185,29 @@ for bench in $benches; do
                 printf "\n"
             }
         }'
+    # the jobs of a machine fall into modes (a job is fast or slow as a
+    # whole, every set-up alike), which medians of a few rounds hide: per
+    # size, the share of (set-up job, reference job) pairs in which the
+    # set-up's figure is the higher one (ties count half); for rates above
+    # 0.50 is faster, for times below 0.50
+    echo "--- $bench: share of job pairs above $ref (rounds x rounds pairs)"
+    awk -v names="$names" -v ref="$ref" -v bench="$bench" '
+        $1 == bench { k = $2 SUBSEP $4; n[k]++; v[k, n[k]] = $5
+                      if (!($4 in seen)) { seen[$4] = 1; order[m++] = $4 } }
+        END {
+            ns = split(names, s, " ")
+            printf "%-9s", "bytes"
+            for (i = 1; i <= ns; i++) if (s[i] != ref) printf " %15s", s[i] ">" ref
+            printf "\n"
+            for (j = 0; j < m; j++) {
+                z = order[j]; printf "%-9s", z; r = ref SUBSEP z
+                for (i = 1; i <= ns; i++) if (s[i] != ref) {
+                    a = s[i] SUBSEP z; w = 0
+                    for (x = 1; x <= n[a]; x++) for (y = 1; y <= n[r]; y++)
+                        w += v[a, x] > v[r, y] ? 1 : (v[a, x] == v[r, y] ? 0.5 : 0)
+                    printf " %15s", n[a] && n[r] ? sprintf("%.2f", w / (n[a] * n[r])) : "-"
+                }
+                printf "\n"
+            }
+        }' "$work/all"
 done
