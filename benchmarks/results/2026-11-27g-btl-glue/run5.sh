@@ -9,8 +9,11 @@ t=$PWD
 export PATH=$t/.devtools/bin:$PATH
 OUT=${OUT:-$t/device-out}; mkdir -p "$OUT"
 name=$1 benches=$2 rounds=$3 max=$4; shift 4
+built=" "
 for s in "$@"; do
   tree=${s#*=}; tree=${tree%%,*}
+  case "$built" in *" $tree "*) continue ;; esac # one build per tree
+  built="$built$tree "
   d=$t/_build-dev2/$tree
   [ -f $d/_b/mpi-plugin/btl/.libs/mca_btl_ivshmem.so ] ||
   (cd $d && mkdir -p _b && cd _b && ../configure CFLAGS="-O2 -g" --disable-guest-tests >configure.out 2>&1 && make -j8 >make.out 2>&1 || tail -20 make.out) &
