@@ -672,12 +672,6 @@ static void test_release_after_budget(void **state)
     ivshm_ep_destroy(rx);
 }
 
-/* A box's head that is not the pair's next piece (here: the receiver
- * expects one more piece before it, which never comes) waits for its
- * predecessor, also where the receiver has one box and an idle FIFO and
- * takes the box's usual entries without the whole pass; after the gap's
- * wait (GAP_WAIT_NS) the whole pass, which did not poll the idle FIFO,
- * counts the piece lost and hands the message over. */
 /* A pair whose receiver rx has one fast box, granted to tx, and an idle
  * FIFO (the usual poll's case): the receiver's record of tx. */
 static struct peer *one_box_pair(struct forms *got, ivshm_ep_t **rx,
@@ -693,6 +687,12 @@ static struct peer *one_box_pair(struct forms *got, ivshm_ep_t **rx,
     return (*rx)->peers[ivshm_ep_index(*tx)];
 }
 
+/* A box's head that is not the pair's next piece (here: the receiver
+ * expects one more piece before it, which never comes) waits for its
+ * predecessor, also where the receiver has one box and an idle FIFO and
+ * takes the box's usual entries without the whole pass; after the gap's
+ * wait (GAP_WAIT_NS) the whole pass, which did not poll the idle FIFO,
+ * counts the piece lost and hands the message over. */
 static void test_fbox_ahead_of_lost_piece(void **state)
 {
     (void)state;
@@ -742,7 +742,6 @@ static void test_fbox_msg_too_long(void **state)
     ivshm_ep_stats(rx, &es);
     assert_int_equal(es.invalid_dropped, 1);
     assert_true(rp->rx_fbox_bad);
-    (void)peer;
     ivshm_ep_destroy(tx);
     ivshm_ep_destroy(rx);
 }
