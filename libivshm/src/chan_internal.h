@@ -114,6 +114,12 @@ struct peer {
     uint64_t entry_word;
     uint32_t epoch;
     uint32_t owner_slot, owner_gen;
+    /* kept from the connect, so that a send's checks are loads and
+     * compares: its directory entry, its owner's registry word and the
+     * value that word holds while that life lasts */
+    struct dir_entry *entry;
+    _Atomic uint64_t *owner_word;
+    uint64_t owner_alive;
     struct ep_ctl *ctl;
     struct ctl_geom g; /* private, validated copy */
     uint32_t fifo_shift; /* log2(g.fifo_cells): the lap of a position */

@@ -135,6 +135,9 @@ ivshm_status_t ivshm__load_peer(ivshm_ep_t *ep, uint32_t idx,
     p->epoch = epoch;
     p->owner_slot = DIR_SLOT(w);
     p->owner_gen = DIR_GEN(w);
+    p->entry = e;
+    p->owner_word = &ivshm__reg(r, p->owner_slot)->word; /* live: in range */
+    p->owner_alive = SLOT_WORD(p->owner_gen, SLOT_ALIVE);
     p->ctl = c;
     p->g = g;
     p->fifo_shift = (uint32_t)__builtin_ctz(g.fifo_cells);

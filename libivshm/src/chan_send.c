@@ -215,11 +215,14 @@ HOT ivshm_status_t tx_peer(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
     if (!p || !p->valid || p->damaged)
         return tx_unusable(p, idx);
     /* the receiver's memory is only ours to write while this life of it
-     * lasts (its block may be freed and reused once it ends) */
-    struct dir_entry *e = &ep->d->dir[idx];
+     * lasts (its block may be freed and reused once it ends): the loads
+     * of ivshm__proc_state, through the pointers kept at the connect */
+    struct dir_entry *e = p->entry;
     enum ivshm_proc_state s =
         p->dead ? PROC_GONE
-                : ivshm__proc_state(ep->r, p->owner_slot, p->owner_gen);
+        : atomic_load(p->owner_word) == p->owner_alive
+            ? PROC_LIVE
+            : ivshm__proc_state_slow(ep->r, p->owner_slot, p->owner_gen);
     if (s == PROC_GONE ||
         atomic_load_explicit(&e->word, memory_order_acquire) != p->entry_word ||
         atomic_load_explicit(&e->epoch, memory_order_relaxed) != p->epoch)

@@ -184,6 +184,10 @@ struct ivshm_region {
     bool attached;
     uint32_t slot;
     uint32_t gen;
+    /* our registry word and the value it holds while our lease lives,
+     * kept from the claim: a held lease is one load and one compare */
+    _Atomic uint64_t *own_word;
+    uint64_t own_alive;
     uint64_t vm_id;
     _Atomic uint64_t last_renew_ns; /* monotonic; rate-limits renew */
     _Atomic bool lease_lost; /* set once: the slot was reclaimed */
@@ -325,9 +329,8 @@ static inline ivshm_status_t ivshm__lease_held(ivshm_region_t *r)
 {
     if (!atomic_load_explicit(&r->lease_lost, memory_order_relaxed) &&
         r->attached &&
-        atomic_load_explicit(&ivshm__reg(r, r->slot)->word,
-                             memory_order_acquire) ==
-            SLOT_WORD(r->gen, SLOT_ALIVE))
+        atomic_load_explicit(r->own_word, memory_order_acquire) ==
+            r->own_alive)
         return IVSHM_OK;
     return ivshm__lease_check(r);
 }

@@ -176,6 +176,8 @@ ivshm_status_t ivshm__try_claim(ivshm_region_t *r)
             continue;
         r->slot = i;
         r->gen = gen;
+        r->own_word = &s->word;
+        r->own_alive = SLOT_WORD(gen, SLOT_ALIVE);
         r->attached = true;
         atomic_store(&r->last_renew_ns, ivshm__mono_ns());
         atomic_fetch_add(&ivshm__hdr(r)->attaches, 1);

@@ -483,6 +483,34 @@ static void test_frags_back_from_dead(void **state)
     view_close(&v);
 }
 
+/* The receiver's process is killed and its lease collected; its
+ * directory entry still reads as it did (no one tidies a dead process'
+ * entry), so only its registry word says that life ended. The next send,
+ * with no progress between, fails instead of writing the dead process'
+ * memory, which goes to a new owner one lease timeout later. */
+static void test_send_after_owner_collected(void **state)
+{
+    (void)state;
+    pid_t b = fork_idle_peer("collected", 0, NULL, NULL);
+    struct view v;
+    view_open(&v, "collected");
+    struct sink as;
+    ivshm_ep_t *a = make_ep(&v, 0, NULL, &as);
+    uint32_t pb;
+    assert_int_equal(tr_connect(v.d, a, 1, &pb), 0);
+    unsigned char m[16];
+    fill(m, sizeof(m), 0);
+    assert_int_equal(ivshm_ep_try_send(a, pb, 0, m, sizeof(m)), IVSHM_OK);
+    kill(b, SIGKILL);
+    waitpid(b, NULL, 0);
+    assert_int_equal(ivshm_ep_try_send(a, pb, 1, m, sizeof(m)), IVSHM_OK);
+    assert_int_equal(ivshm_gc(v.r, NULL), IVSHM_OK);
+    assert_int_equal(ivshm_ep_try_send(a, pb, 2, m, sizeof(m)),
+                     IVSHM_ERR_PEER_DEAD);
+    ivshm_ep_destroy(a);
+    view_close(&v);
+}
+
 /* ---- 5: an endpoint's life is (index, lease, epoch) ---- */
 
 /* The receiver re-creates its endpoint (same process, same index): the old
@@ -1096,6 +1124,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_frags_back_from_dead, setup_long,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_send_after_owner_collected,
+                                        setup_long, teardown),
         cmocka_unit_test_setup_teardown(test_endpoint_lives, setup_long,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_stale_claim, setup_short,
