@@ -114,9 +114,10 @@ struct peer {
     uint64_t entry_word;
     uint32_t epoch;
     uint32_t owner_slot, owner_gen;
-    /* kept from the connect, so that a send's checks are loads and
-     * compares: its directory entry, its owner's registry word and the
-     * value that word holds while that life lasts */
+    /* kept when this life was loaded (a connect, or a receive that met
+     * a new life), so that a send's checks are loads and compares: its
+     * directory entry, its owner's registry word and the value that word
+     * holds while that life lasts */
     struct dir_entry *entry;
     _Atomic uint64_t *owner_word;
     uint64_t owner_alive;

@@ -484,8 +484,9 @@ static void test_frags_back_from_dead(void **state)
 }
 
 /* The receiver's process is killed and its lease collected; its
- * directory entry still reads as it did (no one tidies a dead process'
- * entry), so only its registry word says that life ended. The next send,
+ * directory entry still reads as it did (the collect does not tidy a dead
+ * process' entry; only a new endpoint at its index would replace it), so
+ * only its registry word says that life ended. The next send,
  * with no progress between, fails instead of writing the dead process'
  * memory, which goes to a new owner one lease timeout later. */
 static void test_send_after_owner_collected(void **state)
@@ -508,6 +509,29 @@ static void test_send_after_owner_collected(void **state)
     assert_int_equal(ivshm_ep_try_send(a, pb, 2, m, sizeof(m)),
                      IVSHM_ERR_PEER_DEAD);
     ivshm_ep_destroy(a);
+    view_close(&v);
+}
+
+/* The receiver destroys its endpoint and nothing takes the index: its
+ * entry reads free, its epoch and its owner's lease are unchanged, so the
+ * entry's word alone says that life ended. The next send fails instead
+ * of writing the freed block. */
+static void test_send_after_receiver_destroyed(void **state)
+{
+    (void)state;
+    struct view v;
+    view_open(&v, "destroyed");
+    struct sink rs, ss;
+    ivshm_ep_t *rx = make_ep(&v, 0, NULL, &rs);
+    ivshm_ep_t *tx = make_ep(&v, 1, NULL, &ss);
+    uint32_t peer = connect_ep(tx, rx);
+    unsigned char m[16];
+    fill(m, sizeof(m), 0);
+    assert_int_equal(ivshm_ep_try_send(tx, peer, 0, m, sizeof(m)), IVSHM_OK);
+    ivshm_ep_destroy(rx);
+    assert_int_equal(ivshm_ep_try_send(tx, peer, 1, m, sizeof(m)),
+                     IVSHM_ERR_PEER_DEAD);
+    ivshm_ep_destroy(tx);
     view_close(&v);
 }
 
@@ -1125,6 +1149,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_frags_back_from_dead, setup_long,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_send_after_owner_collected,
+                                        setup_long, teardown),
+        cmocka_unit_test_setup_teardown(test_send_after_receiver_destroyed,
                                         setup_long, teardown),
         cmocka_unit_test_setup_teardown(test_endpoint_lives, setup_long,
                                         teardown),
