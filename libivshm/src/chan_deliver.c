@@ -21,7 +21,7 @@ void ivshm__drop(ivshm_ep_t *ep) { BUMP(ep, invalid, 1); }
 static inline enum ivshm_proc_state lender_state(ivshm_ep_t *ep,
                                                  struct peer *p)
 {
-    return ivshm__proc_state(ep->r, p->owner_slot, p->owner_gen);
+    return ivshm__owner_state(ep, p);
 }
 
 /* Copies the cell's header into c (read once); a short cell's payload

@@ -34,7 +34,7 @@ static void reclaim_gone(ivshm_ep_t *ep)
         struct peer *p = idx < ep->d->max_eps ? ep->peers[idx] : NULL;
         if (!p || !p->valid)
             continue;
-        if (ivshm__peer_gone(ep, p, idx)) {
+        if (ivshm__peer_gone(ep, p)) {
             if (!p->dead)
                 ivshm__peer_died(ep, idx); /* reclaims its fragments */
             else

@@ -261,9 +261,28 @@ ivshm_status_t ivshm__load_peer(ivshm_ep_t *ep, uint32_t idx,
 /* Replaces our record of index idx with tmp (a new life of that index). */
 struct peer *ivshm__set_peer(ivshm_ep_t *ep, uint32_t idx,
                              const struct peer *tmp);
+/* The state of the process that owns the life p records (every record is
+ * a loaded life): its registry word, through the pointer kept at the load,
+ * answers the live case inline (a send asks it per message), anything
+ * else gets the full answer. */
+static inline enum ivshm_proc_state ivshm__owner_state(ivshm_ep_t *ep,
+                                                       const struct peer *p)
+{
+    if (atomic_load(p->owner_word) == p->owner_alive)
+        return PROC_LIVE;
+    return ivshm__proc_state_slow(ep->r, p->owner_slot, p->owner_gen);
+}
+/* Does p's directory entry still name the life p records (D0, reader)? */
+static inline bool ivshm__entry_same(const struct peer *p)
+{
+    return atomic_load_explicit(&p->entry->word, memory_order_acquire) ==
+               p->entry_word &&
+           atomic_load_explicit(&p->entry->epoch, memory_order_relaxed) ==
+               p->epoch;
+}
 /* Has this life of the peer ended (index re-claimed, lease gone)? A lease
  * in doubt is not gone. */
-bool ivshm__peer_gone(ivshm_ep_t *ep, const struct peer *p, uint32_t idx);
+bool ivshm__peer_gone(ivshm_ep_t *ep, const struct peer *p);
 /* The peer that sent a cell of epoch `epoch` (CELL_EPOCH) from index idx:
  * our record of that life (possibly dead), a newly loaded one, or NULL
  * (*wait: the sender's lease is in doubt, ask again later). */

@@ -175,15 +175,10 @@ struct peer *ivshm__set_peer(ivshm_ep_t *ep, uint32_t idx,
     return p;
 }
 
-bool ivshm__peer_gone(ivshm_ep_t *ep, const struct peer *p, uint32_t idx)
+bool ivshm__peer_gone(ivshm_ep_t *ep, const struct peer *p)
 {
-    if (p->dead)
-        return true;
-    struct dir_entry *e = &ep->d->dir[idx];
-    if (atomic_load_explicit(&e->word, memory_order_acquire) != p->entry_word ||
-        atomic_load_explicit(&e->epoch, memory_order_relaxed) != p->epoch)
-        return true;
-    return ivshm__proc_state(ep->r, p->owner_slot, p->owner_gen) == PROC_GONE;
+    return p->dead || !ivshm__entry_same(p) ||
+           ivshm__owner_state(ep, p) == PROC_GONE;
 }
 
 struct peer *ivshm__rx_peer(ivshm_ep_t *ep, uint32_t idx, uint16_t epoch,
@@ -226,7 +221,7 @@ ivshm_status_t ivshm_ep_peer_holds(ivshm_ep_t *ep, uint32_t peer,
     struct peer *p = peer < ep->d->max_eps ? ep->peers[peer] : NULL;
     if (!p || !p->valid)
         return ivshm__fail(IVSHM_ERR_INVAL, "peer %u is not connected", peer);
-    if (ivshm__proc_state(ep->r, p->owner_slot, p->owner_gen) != PROC_LIVE)
+    if (ivshm__owner_state(ep, p) != PROC_LIVE)
         return ivshm__fail(IVSHM_ERR_PEER_DEAD,
                            "peer %u's lease is gone or being reclaimed", peer);
     if (!ivshm__owned_by(ep->r, off, len, p->owner_slot, p->owner_gen))
@@ -241,7 +236,7 @@ ivshm_status_t ivshm_ep_peer_alive(ivshm_ep_t *ep, uint32_t peer)
 {
     struct peer *p = peer < ep->d->max_eps ? ep->peers[peer] : NULL;
     if (!p || !p->valid ||
-        ivshm__proc_state(ep->r, p->owner_slot, p->owner_gen) != PROC_LIVE)
+        ivshm__owner_state(ep, p) != PROC_LIVE)
         return ivshm__fail(IVSHM_ERR_PEER_DEAD,
                            "peer %u's lease ended (its memory may have a new "
                            "owner)",
@@ -259,7 +254,7 @@ ivshm_status_t ivshm_ep_peer_silence(ivshm_ep_t *ep, uint32_t peer,
     /* a reclaim in progress (DOUBT) may still back off when the owner
      * answers: no verdict yet */
     enum ivshm_proc_state ps =
-        ivshm__proc_state(ep->r, p->owner_slot, p->owner_gen);
+        ivshm__owner_state(ep, p);
     if (ps == PROC_GONE)
         return ivshm__fail(IVSHM_ERR_PEER_DEAD, "peer %u's lease ended", peer);
     if (ps == PROC_DOUBT)

@@ -18,7 +18,7 @@ static void check_liveness(ivshm_ep_t *ep, uint64_t now)
     }
     for (uint32_t i = 0; i < ep->d->max_eps; i++) {
         struct peer *p = ep->peers[i];
-        if (p && p->valid && !p->dead && ivshm__peer_gone(ep, p, i))
+        if (p && p->valid && !p->dead && ivshm__peer_gone(ep, p))
             ivshm__peer_died(ep, i);
     }
 }

@@ -215,17 +215,9 @@ HOT ivshm_status_t tx_peer(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
     if (!p || !p->valid || p->damaged)
         return tx_unusable(p, idx);
     /* the receiver's memory is only ours to write while this life of it
-     * lasts (its block may be freed and reused once it ends): the loads
-     * of ivshm__proc_state, through the pointers kept at the connect */
-    struct dir_entry *e = p->entry;
-    enum ivshm_proc_state s =
-        p->dead ? PROC_GONE
-        : atomic_load(p->owner_word) == p->owner_alive
-            ? PROC_LIVE
-            : ivshm__proc_state_slow(ep->r, p->owner_slot, p->owner_gen);
-    if (s == PROC_GONE ||
-        atomic_load_explicit(&e->word, memory_order_acquire) != p->entry_word ||
-        atomic_load_explicit(&e->epoch, memory_order_relaxed) != p->epoch)
+     * lasts (its block may be freed and reused once it ends) */
+    enum ivshm_proc_state s = p->dead ? PROC_GONE : ivshm__owner_state(ep, p);
+    if (s == PROC_GONE || !ivshm__entry_same(p))
         return tx_gone(ep, idx);
     if (s == PROC_DOUBT)
         return IVSHM_ERR_AGAIN; /* a reclaimer is deciding: not now */
@@ -559,7 +551,7 @@ int ivshm_ep_region_done(ivshm_ep_t *ep, uint32_t peer, uint64_t ticket)
     /* written by the receiver when it finished copying */
     uint64_t done = atomic_load_explicit(&ep->rdone[peer], memory_order_acquire);
     struct peer *p = ep->peers[peer];
-    if (p && ivshm__peer_gone(ep, p, peer))
+    if (p && ivshm__peer_gone(ep, p))
         return -1;
     return (int64_t)(done - ticket) >= 0;
 }

@@ -293,10 +293,10 @@ enum ivshm_proc_state { PROC_GONE = 0, PROC_LIVE = 1, PROC_DOUBT = 2 };
 /* Every state; ivshm__proc_state answers the common one inline. */
 enum ivshm_proc_state ivshm__proc_state_slow(ivshm_region_t *r, uint32_t idx,
                                              uint32_t gen);
-/* Inline because a receiver asks it of a lender per cell and a connect
- * per peer: a live lease is one load of its registry word (unchanged while
- * it lives, so a cache hit) and one compare, without a call. A send makes
- * the same load through the pointer its peer record keeps (tx_peer). */
+/* Inline: a live lease is one load of its registry word (unchanged while
+ * it lives, so a cache hit) and one compare, without a call. A peer record
+ * makes the same load through the pointer it keeps (ivshm__owner_state,
+ * chan_internal.h), which a send asks per message. */
 static inline enum ivshm_proc_state ivshm__proc_state(ivshm_region_t *r,
                                                       uint32_t idx,
                                                       uint32_t gen)

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Per function: calls (summed over callers) and inclusive Ir of those calls
 (from callgrind's calls= lines), from one callgrind.out file. Recursion is
-not special-cased (none on these paths). Usage: incl.py FILE [name...]"""
+not special-cased (none on these paths). A file written with
+--dump-instr=yes (positions: instr line) is read as well.
+Usage: incl.py FILE [name...]"""
 import sys, re, collections
 names = {}
 def nm(kind, s):
@@ -11,9 +13,10 @@ def nm(kind, s):
     if m.group(2): names[k] = m.group(2)
     return names.get(k, s)
 calls = collections.Counter(); incl = collections.Counter(); self_ = collections.Counter()
-fn = None; pending = None; cfn = None
+fn = None; pending = None; cfn = None; npos = 1
 for line in open(sys.argv[1], errors='replace'):
     line = line.rstrip('\n')
+    if line.startswith('positions:'): npos = len(line.split())-1; continue
     if line.startswith('fn='): fn = nm('fn', line[3:]); continue
     if line.startswith(('cfn=', 'cfi=', 'cfl=')):
         if line.startswith('cfn='): cfn = nm('fn', line[4:])
@@ -26,8 +29,8 @@ for line in open(sys.argv[1], errors='replace'):
         pending = int(line[6:].split()[0]); continue
     if line and (line[0].isdigit() or line[0] in '+-*'):
         parts = line.split()
-        if len(parts) < 2: continue
-        try: ir = int(parts[1])
+        if len(parts) < npos+1: continue
+        try: ir = int(parts[npos])
         except ValueError: continue
         if pending is not None:
             calls[cfn] += pending; incl[cfn] += ir; pending = None
