@@ -344,26 +344,30 @@ static inline char *ivshm__fbox_entry_fast(struct peer *p, uint32_t len,
  * other order lost at 256 B (docs/channels.md, "The word's line last"). */
 #define FBOX_WORD_LINE_LAST_ABOVE 320u
 _Static_assert(FBOX_WORD_LINE_LAST_ABOVE >= 64, "longer than the word's line");
-/* How far ahead of the write position line starts are zeroed. */
+/* How far ahead of the write position line starts are zeroed at least,
+ * and how much further each time the first is not (a few lines at once,
+ * not one every other small message). */
 #define FBOX_AHEAD 256u
+#define FBOX_AHEAD_BATCH 128u
 /* After a publish: zeroes the first word of the lines that start within
- * FBOX_AHEAD bytes after the write position (where free, before the
- * ring's end), so that an entry which ends on one of them finds its
- * terminator done and publishes without taking that line first (a store
- * before the publish held the publish back until it had the line: the
- * channel primitive took 362-387 ns at 64 B with it, 237-277 without).
+ * FBOX_AHEAD (+ FBOX_AHEAD_BATCH) bytes after the write position (where
+ * free, before the ring's end), so that an entry which ends on one of
+ * them finds its terminator done and publishes without taking that line
+ * first (a store before the publish held the publish back until it had
+ * the line: the channel primitive took 362-387 ns at 64 B with it,
+ * 237-277 without).
  * Ordered before a later entry's word (a release store) like any other
  * terminator; a line start is written again only as part of an entry. */
 static inline void ivshm__fbox_zero_ahead(struct peer *p)
 {
     uint64_t pos = p->tx_fbox_pos;
     if (p->tx_fbox_zeroed >= pos + FBOX_AHEAD)
-        return; /* done ahead already: every other small message */
+        return; /* done ahead already: most small messages */
     uint32_t off = p->tx_fbox_off, ring = p->tx_fbox_ring;
     uint64_t x = pos + (64u - (off & 63u)); /* the next line start */
     if (x < p->tx_fbox_zeroed)
         x = p->tx_fbox_zeroed;
-    for (; x < pos + FBOX_AHEAD; x += 64) {
+    for (; x < pos + FBOX_AHEAD + FBOX_AHEAD_BATCH; x += 64) {
         uint64_t at = off + (x - pos);
         if (at >= ring || x - p->tx_fbox_tail >= ring)
             break; /* the ring's start is every lap's; beyond: not free */

@@ -260,48 +260,68 @@ static uint16_t piece_form(uint32_t cell_size, uint32_t len, uint64_t offset,
     return CELL_FRAG;
 }
 
+/* A piece of head then body (at most a fragment) in one of our
+ * fragments, named by a cell of the peer's. */
+static ivshm_status_t send_frag(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
+                                uint32_t tag, const void *head,
+                                uint32_t head_len, const void *body,
+                                uint32_t body_len, uint64_t offset,
+                                uint64_t total)
+{
+    int f = ivshm__frag_take(ep);
+    if (f < 0)
+        return IVSHM_ERR_AGAIN;
+    uint64_t pos;
+    struct cell *c = claim_cell(ep, p, CELL_HDR, &pos);
+    if (!c) {
+        BUMP(ep, stalls, 1);
+        return IVSHM_ERR_AGAIN;
+    }
+    char *data = ep->pool + (uint64_t)f * ep->cfg.frag_size;
+    memcpy(data, head, head_len);
+    if (body_len)
+        memcpy(data + head_len, body, body_len);
+    uint64_t lend = ivshm__frag_lend(ep, f, idx);
+    IVSHM_TEST_STEP("lend");
+    ivshm__publish(ep, p, idx, c, pos, CELL_FRAG, tag, head_len + body_len,
+                   offset, total, (uint32_t)f, lend);
+    return IVSHM_OK;
+}
+
 static ivshm_status_t send_piece(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
                                  uint32_t tag, const char *buf, uint32_t len,
                                  uint64_t offset, uint64_t total)
 {
     uint64_t pos;
-    int f = -1;
     uint16_t form = piece_form(p->g.cell_size, len, offset, total);
-    if (form != CELL_FRAG && offset == 0 && total == len &&
+    if (form == CELL_FRAG)
+        return send_frag(ep, p, idx, tag, buf, len, NULL, 0, offset, total);
+    if (offset == 0 && total == len &&
         send_msg_box(ep, p, idx, tag, buf, len, NULL, 0))
         return IVSHM_OK;
-    if (form == CELL_FRAG) {
-        f = ivshm__frag_take(ep);
-        if (f < 0)
-            return IVSHM_ERR_AGAIN;
-    }
-    struct cell *c = claim_cell(
-        ep, p, f < 0 ? form_hdr(form) + len : CELL_HDR, &pos);
+    struct cell *c = claim_cell(ep, p, form_hdr(form) + len, &pos);
     if (!c) {
         BUMP(ep, stalls, 1);
         return IVSHM_ERR_AGAIN;
     }
-    if (f < 0) {
-        memcpy((char *)c + form_hdr(form), buf, len);
-        ivshm__publish(ep, p, idx, c, pos, form, tag, len, offset, total, 0,
-                       0);
-    } else {
-        memcpy(ep->pool + (uint64_t)f * ep->cfg.frag_size, buf, len);
-        uint64_t lend = ivshm__frag_lend(ep, f, idx);
-        IVSHM_TEST_STEP("lend");
-        ivshm__publish(ep, p, idx, c, pos, CELL_FRAG, tag, len, offset, total,
-                       (uint32_t)f, lend);
-    }
+    memcpy((char *)c + form_hdr(form), buf, len);
+    ivshm__publish(ep, p, idx, c, pos, form, tag, len, offset, total, 0, 0);
     return IVSHM_OK;
+}
+
+/* A try_send's message longer than ivshm_ep_max_single. */
+static ivshm_status_t over_single(size_t len)
+{
+    return ivshm__fail(IVSHM_ERR_INVAL,
+                       "%zu bytes exceed one fragment; use ivshm_ep_send",
+                       len);
 }
 
 ivshm_status_t ivshm_ep_try_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
                                  const void *buf, size_t len)
 {
     if (len > ep->cfg.frag_size)
-        return ivshm__fail(IVSHM_ERR_INVAL,
-                           "%zu bytes exceed one fragment; use ivshm_ep_send",
-                           len);
+        return over_single(len);
     struct peer *p = NULL;
     ivshm_status_t st = tx_begin(ep, peer, &p);
     if (st != IVSHM_OK)
@@ -313,15 +333,18 @@ ivshm_status_t ivshm_ep_try_send2(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
                                   const void *head, size_t head_len,
                                   const void *body, size_t body_len)
 {
+    size_t len = head_len + body_len;
+    if (len > ep->cfg.frag_size)
+        return over_single(len);
     struct peer *p = NULL;
     ivshm_status_t st = tx_begin(ep, peer, &p);
     if (st != IVSHM_OK)
         return st;
-    size_t len = head_len + body_len;
-    if (len > p->g.cell_size - CELL_SHORT_HDR)
-        return IVSHM_ERR_NOTSUP; /* not inline in this peer's cells */
     if (send_msg_box(ep, p, peer, tag, head, head_len, body, body_len))
         return IVSHM_OK;
+    if (len > p->g.cell_size - CELL_SHORT_HDR) /* not inline in its cells */
+        return send_frag(ep, p, peer, tag, head, (uint32_t)head_len, body,
+                         (uint32_t)body_len, 0, len);
     uint16_t form = piece_form(p->g.cell_size, (uint32_t)len, 0, len);
     uint64_t pos;
     struct cell *c =

@@ -209,51 +209,22 @@ int mca_btl_ivshmem_progress_pending(void)
     return done;
 }
 
-int mca_btl_ivshmem_sendi(struct mca_btl_base_module_t *btl,
-                          struct mca_btl_base_endpoint_t *endpoint,
-                          struct opal_convertor_t *convertor, void *header,
-                          size_t header_size, size_t payload_size,
-                          uint8_t order, uint32_t flags, mca_btl_base_tag_t tag,
-                          mca_btl_base_descriptor_t **descriptor)
+/* sendi's reservation: a message above the inline size, or one the
+ * convertor must pack. A frame of its own: the inline send needs nothing
+ * of sendi's arguments after its channel call, so that sendi saves few
+ * registers (docs/channels.md, "One frame for sendi"). */
+static __attribute__((noinline)) int
+sendi_reserve(struct mca_btl_base_endpoint_t *endpoint,
+              struct opal_convertor_t *convertor, void *header,
+              size_t header_size, size_t payload_size,
+              mca_btl_base_tag_t tag)
 {
-    (void)order;
-    (void)flags;
-    size_t total = header_size + payload_size;
-    if (descriptor)
-        *descriptor = NULL;
-    /* Behind queued sends (keep order) or no room: no descriptor back, so
-     * ob1 parks the request and retries it from its own progress. That is
-     * cheaper here than a descriptor that would be copied into our
-     * pending list (docs/channels.md, Decisions). */
-    if (total > btl->btl_eager_limit || !opal_list_is_empty(&endpoint->pending))
-        return OPAL_ERR_OUT_OF_RESOURCE;
-    if (total <= IVSHMEM_COMPONENT->inline_max &&
-        (payload_size == 0 || !opal_convertor_need_buffers(convertor))) {
-        /* contiguous data inline in a cell: one channel call copies the
-         * header and the convertor's current bytes (ob1 is done with the
-         * convertor once sendi succeeds); NOTSUP: not inline in this
-         * peer's cells (another geometry), reserved below. Larger ones go
-         * straight to the reservation, not through the peer's checks
-         * twice */
-        void *data = NULL;
-        if (payload_size)
-            opal_convertor_get_current_pointer(convertor, &data);
-        ivshm_status_t st =
-            ivshm_ep_try_send2(IVSHMEM_COMPONENT->ep, endpoint->peer, tag,
-                               header, header_size, data, payload_size);
-        if (st != IVSHM_ERR_NOTSUP) {
-            if (st != IVSHM_OK)
-                return status_to_opal(st);
-            endpoint->sends++;
-            endpoint->bytes_out += total;
-            return OPAL_SUCCESS;
-        }
-    }
     /* room first, so that a failure leaves the convertor untouched */
     void *buf;
     ivshm_rsv_t rsv;
-    ivshm_status_t st = ivshm_ep_reserve(IVSHMEM_COMPONENT->ep, endpoint->peer,
-                                         total, &buf, &rsv);
+    ivshm_status_t st =
+        ivshm_ep_reserve(IVSHMEM_COMPONENT->ep, endpoint->peer,
+                         header_size + payload_size, &buf, &rsv);
     if (st != IVSHM_OK)
         return status_to_opal(st);
     memcpy(buf, header, header_size);
@@ -278,4 +249,45 @@ int mca_btl_ivshmem_sendi(struct mca_btl_base_module_t *btl,
     endpoint->sends++;
     endpoint->bytes_out += header_size + packed;
     return OPAL_SUCCESS;
+}
+
+int mca_btl_ivshmem_sendi(struct mca_btl_base_module_t *btl,
+                          struct mca_btl_base_endpoint_t *endpoint,
+                          struct opal_convertor_t *convertor, void *header,
+                          size_t header_size, size_t payload_size,
+                          uint8_t order, uint32_t flags, mca_btl_base_tag_t tag,
+                          mca_btl_base_descriptor_t **descriptor)
+{
+    (void)order;
+    (void)flags;
+    size_t total = header_size + payload_size;
+    if (descriptor)
+        *descriptor = NULL;
+    /* Behind queued sends (keep order) or no room: no descriptor back, so
+     * ob1 parks the request and retries it from its own progress. That is
+     * cheaper here than a descriptor that would be copied into our
+     * pending list (docs/channels.md, Decisions). */
+    if (total > btl->btl_eager_limit || !opal_list_is_empty(&endpoint->pending))
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    if (total <= IVSHMEM_COMPONENT->inline_max &&
+        (payload_size == 0 || !opal_convertor_need_buffers(convertor))) {
+        /* contiguous data inline in a cell: one channel call copies the
+         * header and the convertor's current bytes (ob1 is done with the
+         * convertor once sendi succeeds; a peer with smaller cells gets
+         * them in a fragment). Larger ones go straight to the
+         * reservation, not through the peer's checks twice */
+        void *data = NULL;
+        if (payload_size)
+            opal_convertor_get_current_pointer(convertor, &data);
+        ivshm_status_t st =
+            ivshm_ep_try_send2(IVSHMEM_COMPONENT->ep, endpoint->peer, tag,
+                               header, header_size, data, payload_size);
+        if (st != IVSHM_OK)
+            return status_to_opal(st);
+        endpoint->sends++;
+        endpoint->bytes_out += total;
+        return OPAL_SUCCESS;
+    }
+    return sendi_reserve(endpoint, convertor, header, header_size,
+                         payload_size, tag);
 }

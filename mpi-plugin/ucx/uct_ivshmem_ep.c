@@ -152,15 +152,15 @@ ucs_status_t uct_ivshmem_ep_am_short(uct_ep_h tl_ep, uint8_t id,
         return ep->failed;
     if (uct_ivshmem_ep_must_wait(ep))
         return UCS_ERR_NO_RESOURCE;
-    /* header and payload straight into one cell; reserved below where
-     * they are not inline in this peer's cells (NOTSUP: another geometry)
-     * or data tracing wants the message in one buffer */
-    ivshm_status_t st = IVSHM_ERR_NOTSUP;
+    /* header and payload straight into one cell (a fragment where this
+     * peer's cells are smaller); reserved below where data tracing wants
+     * the message in one buffer */
+    ivshm_status_t st;
     buf = NULL;
-    if (!ucs_log_is_enabled(UCS_LOG_LEVEL_TRACE_DATA))
+    if (!ucs_log_is_enabled(UCS_LOG_LEVEL_TRACE_DATA)) {
         st = ivshm_ep_try_send2(iface->chan, ep->peer, id, &header,
                                 sizeof(header), payload, length);
-    if (st == IVSHM_ERR_NOTSUP) {
+    } else {
         st = ivshm_ep_reserve(iface->chan, ep->peer, total, &buf, &rsv);
         if (st != IVSHM_OK)
             return uct_ivshmem_send_status(iface, ep, st);

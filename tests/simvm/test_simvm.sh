@@ -3,7 +3,9 @@
 #  1. one job over two "hosts": co-resident VMs talk through ivshmem (proved
 #     per peer by the component's counters), same-VM ranks through vader,
 #     other-host ranks through tcp; every MPI check passes;
-#  2. MPI_Alloc_mem buffers that do not fit the region stay private;
+#  2. MPI_Alloc_mem buffers that do not fit the region stay private; ranks
+#     of unlike cell sizes (btl_ivshmem_cell_size) pass every check over
+#     the region alone;
 #  3. a missing region, a region of another layout version, a region too
 #     small for the job: the job passes over tcp and each process prints
 #     one warning;
@@ -75,6 +77,27 @@ else
     bad "full region for MPI_Alloc_mem (rc $rc)"; tail -20 "$work/full.out"
 fi
 simvm_format 256M
+
+# ---- 2b. ranks of unlike cell sizes: VM 0's rank sets 128-byte cells, VM
+# 1's keeps 1,088, and only the region carries the job (no tcp). VM 1's
+# rank sends ob1's small messages (up to 1,056 bytes inline in its own
+# cells) whole; those longer than VM 0's 96 bytes reach it in fragments
+cat >"$work/small_cells" <<EOF
+#!/bin/sh
+[ "\$(hostname)" = vm0-hosta ] && OMPI_MCA_btl_ivshmem_cell_size=128 &&
+    export OMPI_MCA_btl_ivshmem_cell_size
+exec "\$@"
+EOF
+chmod +x "$work/small_cells"
+simvm_mpirun 10.200.0.1:1,10.200.0.2:1 2 --mca btl self,ivshmem --mca mpi_yield_when_idle 1 \
+    --mca btl_ivshmem_stats 1 "$work/small_cells" "$work/mpi_check" >"$work/cells.out" 2>&1
+rc=$?
+routes=$(grep -c "btl ivshmem stats: host vm[01]-hosta rank [01] -> rank [01]: route region: [1-9][0-9]* sends" "$work/cells.out")
+if [ $rc -eq 0 ] && grep -q "2 ranks: 10 passed, 0 failed" "$work/cells.out" && [ "$routes" = 2 ]; then
+    ok "cells of 128 and 1088 bytes in one job: every MPI check passes over the region alone"
+else
+    bad "unlike cell sizes (rc $rc, $routes ranks sent over the region)"; tail -20 "$work/cells.out"
+fi
 
 # ---- 3. bad configurations: correct over tcp, one warning per process
 bad_config() { # name expected-warning-fragment

@@ -126,9 +126,10 @@ ivshm_status_t ivshm_ep_try_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
 /* One attempt at a message of two parts (a protocol header and its data),
  * copied straight into one cell of the peer: reserve, two copies and
  * commit in one call, for the small messages a message rate is made of.
- * IVSHM_ERR_NOTSUP if head_len + body_len does not fit inline in a cell
- * of this peer (send it with ivshm_ep_reserve), IVSHM_ERR_AGAIN when there
- * is no room right now. */
+ * Where head_len + body_len is not inline in a cell of this peer (its
+ * cells may be smaller than ours), the two parts go into one fragment, as
+ * ivshm_ep_try_send's would. IVSHM_ERR_INVAL above ivshm_ep_max_single,
+ * IVSHM_ERR_AGAIN when there is no room right now. */
 ivshm_status_t ivshm_ep_try_send2(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
                                   const void *head, size_t head_len,
                                   const void *body, size_t body_len);
