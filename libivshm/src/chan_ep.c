@@ -115,6 +115,7 @@ ivshm_status_t ivshm_ep_create(ivshm_domain_t *d, int index,
         return ivshm__fail(IVSHM_ERR_SYS, "out of memory");
     ep->d = d;
     ep->r = r;
+    ep->lives_ended = &ivshm__hdr(r)->lives_ended;
     if (cfg)
         ep->cfg = *cfg;
     else
@@ -201,6 +202,7 @@ void ivshm_ep_destroy(ivshm_ep_t *ep)
     struct dir_entry *e = &ep->d->dir[ep->index];
     uint64_t w = DIR_WORD(r->gen, r->slot, DIR_READY);
     if (atomic_compare_exchange_strong(&e->word, &w, DIR_FREE)) {
+        ivshm__life_ended(r);
         IVSHM_TEST_STEP("destroy");
         /* a sender checks our life before each write: one that checked
          * just before the change finishes its write before the memory can

@@ -34,6 +34,7 @@ static void fifo_check_lap(struct peer *p)
     if (h != h2 || h - t <= p->g.fifo_cells || p->damaged)
         return;
     p->damaged = true;
+    p->lives_seen = LIVES_UNSEEN; /* its sends take the full check */
     ivshm__fail(IVSHM_ERR_CORRUPT,
                 "a peer's receive queue is damaged (head %llu, tail %llu, "
                 "%u cells: more than a lap apart): its sends fail",

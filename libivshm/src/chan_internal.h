@@ -106,6 +106,9 @@ struct ivshm_domain {
 
 /* What we know of one life of a peer endpoint: its validated layout and
  * both directions' state. */
+/* A peer's lives_seen before its first full check (the count never
+ * reaches it). */
+#define LIVES_UNSEEN UINT64_MAX
 struct peer {
     bool valid, dead;
     /* its queue's head and tail were found more than a lap apart, which
@@ -121,6 +124,10 @@ struct peer {
     struct dir_entry *entry;
     _Atomic uint64_t *owner_word;
     uint64_t owner_alive;
+    /* the region's count of ended lives (ivshm__life_ended) that a full
+     * check of this peer and of our lease found all alive under;
+     * LIVES_UNSEEN until one did, and again once it is dead or damaged */
+    uint64_t lives_seen;
     struct ep_ctl *ctl;
     struct ctl_geom g; /* private, validated copy */
     uint32_t fifo_shift; /* log2(g.fifo_cells): the lap of a position */
@@ -185,6 +192,7 @@ struct fbox_bank {
 struct ivshm_ep {
     ivshm_domain_t *d;
     ivshm_region_t *r;
+    _Atomic uint64_t *lives_ended; /* in the region's header */
     uint32_t index;
     uint32_t epoch;
     ivshm_ep_config_t cfg;

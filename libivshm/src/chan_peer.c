@@ -138,6 +138,7 @@ ivshm_status_t ivshm__load_peer(ivshm_ep_t *ep, uint32_t idx,
     p->entry = e;
     p->owner_word = &ivshm__reg(r, p->owner_slot)->word; /* live: in range */
     p->owner_alive = SLOT_WORD(p->owner_gen, SLOT_ALIVE);
+    p->lives_seen = LIVES_UNSEEN;
     p->ctl = c;
     p->g = g;
     p->fifo_shift = (uint32_t)__builtin_ctz(g.fifo_cells);
@@ -206,6 +207,7 @@ void ivshm__peer_died(ivshm_ep_t *ep, uint32_t idx)
     if (!p || p->dead)
         return;
     p->dead = true;
+    p->lives_seen = LIVES_UNSEEN; /* its sends take the full check */
     /* what we lent it comes back; its fast box (our memory) is drained by
      * the fast-box poll, then released: what it published before it left
      * is still delivered */

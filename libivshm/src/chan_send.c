@@ -204,14 +204,15 @@ static ivshm_status_t tx_gone(ivshm_ep_t *ep, uint32_t idx)
     return ivshm__fail(IVSHM_ERR_PEER_DEAD, "peer %u is gone", idx);
 }
 
-/* The peer we may write to now: our lease held, the same life of the
- * peer we connected to, its lease not in doubt. */
-HOT ivshm_status_t tx_peer(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
+/* The full check of tx_peer: our lease held, the same life of the peer
+ * we connected to, its lease not in doubt. Passed, it records the count
+ * of ended lives loaded before it (seen) in the peer. */
+static ivshm_status_t tx_check(ivshm_ep_t *ep, uint32_t idx, struct peer *p,
+                               uint64_t seen)
 {
     ivshm_status_t st = ivshm__lease_held(ep->r);
     if (st != IVSHM_OK)
         return st;
-    struct peer *p = idx < ep->d->max_eps ? ep->peers[idx] : NULL;
     if (!p || !p->valid || p->damaged)
         return tx_unusable(p, idx);
     /* the receiver's memory is only ours to write while this life of it
@@ -221,6 +222,27 @@ HOT ivshm_status_t tx_peer(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
         return tx_gone(ep, idx);
     if (s == PROC_DOUBT)
         return IVSHM_ERR_AGAIN; /* a reclaimer is deciding: not now */
+    p->lives_seen = seen;
+    return IVSHM_OK;
+}
+
+/* The peer we may write to now. Every life that ends bumps the region's
+ * count after its word changes (ivshm__life_ended); a count loaded
+ * (acquire) before the full check, and found again now, means that no
+ * life the check found alive (ours, the peer's owner, its directory
+ * entry) has ended since: the check's loads would read what they read
+ * then, so they are skipped. Loaded first, as the full check's loads
+ * would be (K0; docs/channels.md, "One count for the life checks"). */
+HOT ivshm_status_t tx_peer(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
+{
+    uint64_t seen =
+        atomic_load_explicit(ep->lives_ended, memory_order_acquire);
+    struct peer *p = idx < ep->d->max_eps ? ep->peers[idx] : NULL;
+    if (__builtin_expect(!p || p->lives_seen != seen, 0)) {
+        ivshm_status_t st = tx_check(ep, idx, p, seen);
+        if (st != IVSHM_OK)
+            return st;
+    }
     if (!p->tx_fbox && p->fbox_asked && p->g.fbox_cells)
         ivshm__fbox_check_grant(ep, p);
     *out = p;

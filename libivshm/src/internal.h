@@ -1,5 +1,5 @@
 /*
- * Shared layout of format version 3 and the private region handle.
+ * Shared layout of format version 4 and the private region handle.
  *
  * Region map:  [header page][registry][job table][chunk owner table][heap]
  * Every structure here lives in memory that other VMs write: fields are
@@ -73,11 +73,14 @@ struct ivshm_hdr {
     /* line 3: region-wide counters (informative) */
     _Atomic uint64_t attaches IVSHM_ALIGNED;
     _Atomic uint64_t reclaims;
+    /* line 4: lives ended (ivshm__life_ended), read by every send */
+    _Atomic uint64_t lives_ended IVSHM_ALIGNED;
 };
 _Static_assert(offsetof(struct ivshm_hdr, hdr_sum) == IVSHM_HDR_SUM_BYTES,
                "checksum covers every immutable header field");
 _Static_assert(offsetof(struct ivshm_hdr, state) == 128, "state line");
 _Static_assert(offsetof(struct ivshm_hdr, attaches) == 192, "stats line");
+_Static_assert(offsetof(struct ivshm_hdr, lives_ended) == 256, "lives line");
 _Static_assert(sizeof(struct ivshm_hdr) <= IVSHM_HDR_SIZE, "header page");
 
 /* Slot word: generation in bits 8..63, state in bits 0..7. The generation
@@ -268,6 +271,16 @@ ivshm_status_t ivshm__validate_header(const struct ivshm_hdr *h,
 static inline struct ivshm_hdr *ivshm__hdr(const ivshm_region_t *r)
 {
     return (struct ivshm_hdr *)r->base;
+}
+/* A life ended: a registry slot left ALIVE, or a directory entry left
+ * READY or changed hands. Called after that change (release), so that a
+ * reader whose acquire load finds the count it saw before its own checks
+ * of those words knows none of them ended since (K0; docs/channels.md,
+ * "One count for the life checks"). */
+static inline void ivshm__life_ended(ivshm_region_t *r)
+{
+    atomic_fetch_add_explicit(&ivshm__hdr(r)->lives_ended, 1,
+                              memory_order_release);
 }
 static inline struct ivshm_reg_slot *ivshm__reg(const ivshm_region_t *r,
                                                 uint32_t i)

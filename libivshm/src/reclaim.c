@@ -87,6 +87,7 @@ ivshm_status_t ivshm_detach(ivshm_region_t *r)
         return ivshm__fail(IVSHM_ERR_LEASE_LOST,
                            "registry slot %u was reclaimed before detach",
                            r->slot);
+    ivshm__life_ended(r);
     release_slot(r, r->slot, r->gen, false);
     unsigned chunks = 0;
     ivshm__job_gc(r, false, &chunks); /* our job may have lost its last member */
@@ -178,6 +179,7 @@ static unsigned reclaim_procs(ivshm_region_t *r, bool force,
         if (!atomic_compare_exchange_strong(&s->word, &w,
                                             SLOT_WORD(gen, SLOT_RECLAIMING)))
             continue;
+        ivshm__life_ended(r); /* senders look again (restored or not) */
         /* L1: re-read the heartbeat after our claim; see L0. An owner in
          * doubt that answers now is alive after all, forced or not. */
         uint64_t hb = atomic_load(&s->heartbeat_ns);

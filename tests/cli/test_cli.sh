@@ -29,9 +29,9 @@ contains "uuid"
 expect 17 "format twice refused" "$IVSHM" format "file:$R" --size 4M
 contains "force"
 expect 0 "info" "$IVSHM" info --region "file:$R"
-contains "version    3"
+contains "version    4"
 expect 0 "info --json" "$IVSHM" info "file:$R" --json
-if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["size"]==4194304 and d["version"]==3 and d["processes"]==[]' /tmp/ivshm-cli-out.$$; then ok; else bad "info --json not valid JSON"; fi
+if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["size"]==4194304 and d["version"]==4 and d["processes"]==[]' /tmp/ivshm-cli-out.$$; then ok; else bad "info --json not valid JSON"; fi
 expect 0 "check" "$IVSHM" check "file:$R"
 contains "layout valid"
 expect 0 "check --json" "$IVSHM" check "file:$R" --json

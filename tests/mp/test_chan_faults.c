@@ -535,6 +535,32 @@ static void test_send_after_receiver_destroyed(void **state)
     view_close(&v);
 }
 
+/* The receiver's process leaves the region (its own detach) with its
+ * endpoint still open: its lease ends and its memory is freed at once.
+ * The sender, whose last send checked that life, fails its next send with
+ * no progress between, instead of writing freed memory. */
+static void test_send_after_receiver_detached(void **state)
+{
+    (void)state;
+    struct view vr, vs;
+    view_open(&vr, "detached");
+    view_open(&vs, "detached");
+    struct sink rs, ss;
+    ivshm_ep_t *rx = make_ep(&vr, 0, NULL, &rs);
+    ivshm_ep_t *tx = make_ep(&vs, 1, NULL, &ss);
+    uint32_t peer = connect_ep(tx, rx);
+    unsigned char m[16];
+    fill(m, sizeof(m), 0);
+    assert_int_equal(ivshm_ep_try_send(tx, peer, 0, m, sizeof(m)), IVSHM_OK);
+    assert_int_equal(ivshm_detach(vr.r), IVSHM_OK);
+    assert_int_equal(ivshm_ep_try_send(tx, peer, 1, m, sizeof(m)),
+                     IVSHM_ERR_PEER_DEAD);
+    ivshm_ep_destroy(rx);
+    ivshm_ep_destroy(tx);
+    view_close(&vs);
+    view_close(&vr);
+}
+
 /* ---- 5: an endpoint's life is (index, lease, epoch) ---- */
 
 /* The receiver re-creates its endpoint (same process, same index): the old
@@ -1149,6 +1175,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_frags_back_from_dead, setup_long,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_send_after_owner_collected,
+                                        setup_long, teardown),
+        cmocka_unit_test_setup_teardown(test_send_after_receiver_detached,
                                         setup_long, teardown),
         cmocka_unit_test_setup_teardown(test_send_after_receiver_destroyed,
                                         setup_long, teardown),

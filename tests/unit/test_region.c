@@ -231,8 +231,8 @@ struct field_case {
  * byte walk above). Deltas apply to the formatted 2 MiB region below. */
 static const struct field_case field_cases[] = {
     HDR_CASE(magic, 1, IVSHM_ERR_BAD_MAGIC, "bad magic"),
-    HDR_CASE(version, 1, IVSHM_ERR_VERSION, "layout version 4"),
-    HDR_CASE(version, -1, IVSHM_ERR_VERSION, "layout version 2"),
+    HDR_CASE(version, 1, IVSHM_ERR_VERSION, "layout version 5"),
+    HDR_CASE(version, -1, IVSHM_ERR_VERSION, "layout version 3"),
     HDR_CASE(hdr_size, 4096, IVSHM_ERR_CORRUPT, "'hdr_size'"),
     HDR_CASE(region_size, 4096, IVSHM_ERR_SIZE_MISMATCH, "'region_size'"),
     HDR_CASE(chunk_shift, -5, IVSHM_ERR_CORRUPT, "'chunk_shift'"),

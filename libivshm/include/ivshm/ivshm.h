@@ -53,7 +53,7 @@ const char *ivshm_strerror(ivshm_status_t st);
  * field or the fix); never NULL. */
 const char *ivshm_last_error(void);
 
-#define IVSHM_LAYOUT_VERSION 3u
+#define IVSHM_LAYOUT_VERSION 4u
 #define IVSHM_MIN_REGION_SIZE (1ull << 20)
 #define IVSHM_ENV_REGION "IVSHM_REGION" /* default URI */
 #define IVSHM_ENV_VM_ID "IVSHM_VM_ID"   /* override the VM identity */
