@@ -236,7 +236,8 @@ static ivshm_status_t tx_check(ivshm_ep_t *ep, uint32_t idx, struct peer *p,
 HOT ivshm_status_t tx_peer(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
 {
     uint64_t seen =
-        atomic_load_explicit(ep->lives_ended, memory_order_acquire);
+        atomic_load_explicit(ep->lives_ended, memory_order_acquire) &
+        LIVES_MASK;
     struct peer *p = idx < ep->d->max_eps ? ep->peers[idx] : NULL;
     if (__builtin_expect(!p || p->lives_seen != seen, 0)) {
         ivshm_status_t st = tx_check(ep, idx, p, seen);

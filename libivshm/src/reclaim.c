@@ -55,6 +55,11 @@ static unsigned release_slot(ivshm_region_t *r, uint32_t i, uint32_t gen,
 {
     struct ivshm_reg_slot *s = ivshm__reg(r, i);
     uint64_t tag = OWNER_TAG(OWNER_PROC, i, gen);
+    /* every release counts (K0), before anything is freed or cooled: a
+     * detach's, a collector's, and one that finishes the release of a
+     * collector that died. While a slot only reads "reclaiming", its
+     * memory is still its owner's, and sends to it may go on */
+    ivshm__life_ended(r);
     unsigned freed = cool ? ivshm__cool_owned_by(r, tag)
                           : ivshm__free_owned_by(r, tag);
     for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
@@ -87,7 +92,6 @@ ivshm_status_t ivshm_detach(ivshm_region_t *r)
         return ivshm__fail(IVSHM_ERR_LEASE_LOST,
                            "registry slot %u was reclaimed before detach",
                            r->slot);
-    ivshm__life_ended(r);
     release_slot(r, r->slot, r->gen, false);
     unsigned chunks = 0;
     ivshm__job_gc(r, false, &chunks); /* our job may have lost its last member */
@@ -179,7 +183,6 @@ static unsigned reclaim_procs(ivshm_region_t *r, bool force,
         if (!atomic_compare_exchange_strong(&s->word, &w,
                                             SLOT_WORD(gen, SLOT_RECLAIMING)))
             continue;
-        ivshm__life_ended(r); /* senders look again (restored or not) */
         /* L1: re-read the heartbeat after our claim; see L0. An owner in
          * doubt that answers now is alive after all, forced or not. */
         uint64_t hb = atomic_load(&s->heartbeat_ns);

@@ -1,6 +1,7 @@
 /*
- * Region format version 1: geometry, formatting (race-free between VMs via
- * the header state word), mapping and header validation. Reading a mapped
+ * The region format (docs/region-format.md): geometry, formatting
+ * (race-free between VMs via the header state word), mapping and header
+ * validation. Reading a mapped
  * region for the tool (info, slots, the layout check) is inspect.c's.
  */
 #include "internal.h"
@@ -478,6 +479,9 @@ ivshm_status_t ivshm_format(const char *uri, const ivshm_format_opts_t *o)
     memcpy(h, &nh, offsetof(struct ivshm_hdr, state));
     atomic_store(&h->attaches, 0);
     atomic_store(&h->reclaims, 0);
+    /* a forced format ends every life: counted, never reset (a reset
+     * could meet a count a sender recorded; K0) */
+    atomic_fetch_add_explicit(&h->lives_ended, 1, memory_order_release);
     /* F1: publish; everything above happens-before an attacher's acquire. */
     atomic_store_explicit(&h->state, HDR_READY, memory_order_release);
     st = IVSHM_OK;

@@ -82,6 +82,9 @@ static ivshm_status_t lease_lost(ivshm_region_t *r)
     bool was = atomic_exchange(&r->lease_lost, true);
     if (was)
         return IVSHM_ERR_LEASE_LOST;
+    /* our sends take the full check again, which now fails (K0): the
+     * slot may read alive again after we gave up on it */
+    ivshm__life_ended(r);
     return ivshm__fail(IVSHM_ERR_LEASE_LOST,
                        "lease on registry slot %u of %s was reclaimed: this "
                        "process was declared dead ('ivshm gc --force' after "

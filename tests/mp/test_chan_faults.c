@@ -531,8 +531,148 @@ static void test_send_after_receiver_destroyed(void **state)
     ivshm_ep_destroy(rx);
     assert_int_equal(ivshm_ep_try_send(tx, peer, 1, m, sizeof(m)),
                      IVSHM_ERR_PEER_DEAD);
+    /* a count of ended lives garbled to the value a dead record holds
+     * (LIVES_UNSEEN) does not let a send past its record's checks */
+    size_t len;
+    unsigned char *base = tu_map_raw(path, &len);
+    atomic_store(&((struct ivshm_hdr *)base)->lives_ended, UINT64_MAX);
+    assert_int_equal(ivshm_ep_try_send(tx, peer, 2, m, sizeof(m)),
+                     IVSHM_ERR_PEER_DEAD);
+    munmap(base, len);
     ivshm_ep_destroy(tx);
     view_close(&v);
+}
+
+/* A receiver and a sender in two leases of this process (two views of
+ * the job), connected, one message sent: the sender's checks have seen
+ * the receiver's life (the tests below then end a life). */
+struct sent_pair {
+    struct view vr, vs;
+    struct sink rs, ss;
+    ivshm_ep_t *rx, *tx;
+    uint32_t peer;
+    unsigned char m[16];
+};
+
+static void sent_pair_open(struct sent_pair *sp, const char *job)
+{
+    view_open(&sp->vr, job);
+    view_open(&sp->vs, job);
+    sp->rx = make_ep(&sp->vr, 0, NULL, &sp->rs);
+    sp->tx = make_ep(&sp->vs, 1, NULL, &sp->ss);
+    sp->peer = connect_ep(sp->tx, sp->rx);
+    fill(sp->m, sizeof(sp->m), 0);
+    assert_int_equal(ivshm_ep_try_send(sp->tx, sp->peer, 0, sp->m,
+                                       sizeof(sp->m)),
+                     IVSHM_OK);
+}
+
+/* The sender's next message, after the test ended a life. */
+static ivshm_status_t sent_pair_again(struct sent_pair *sp)
+{
+    return ivshm_ep_try_send(sp->tx, sp->peer, 1, sp->m, sizeof(sp->m));
+}
+
+static void sent_pair_close(struct sent_pair *sp)
+{
+    ivshm_ep_destroy(sp->tx);
+    ivshm_ep_destroy(sp->rx);
+    view_close(&sp->vs);
+    view_close(&sp->vr);
+}
+
+/* An admin formats the region again (--force) under a running sender:
+ * every lease ends there, its own included, and the format counts it,
+ * so the next send fails instead of writing into the new layout. */
+static void test_send_after_forced_format(void **state)
+{
+    (void)state;
+    struct sent_pair sp;
+    sent_pair_open(&sp, "reformat");
+    ivshm_format_opts_t o;
+    ivshm_format_opts_init(&o);
+    o.size = 64 << 20;
+    o.reg_slots = 64;
+    o.force = 1;
+    assert_int_equal(ivshm_format(tu_uri(path), &o), IVSHM_OK);
+    assert_int_equal(sent_pair_again(&sp), IVSHM_ERR_LEASE_LOST);
+    sent_pair_close(&sp);
+}
+
+/* The registry slot of the process with this pid (a live lease). */
+static struct ivshm_reg_slot *slot_of(unsigned char *base, ivshm_region_t *r,
+                                      pid_t pid)
+{
+    const struct ivshm_hdr *h = (const struct ivshm_hdr *)base;
+    ivshm_proc_info_t pi;
+    for (uint32_t i = 0; ivshm_region_proc(r, i, &pi) == IVSHM_OK; i++)
+        if (pi.state == 2 && pi.pid == (uint32_t)pid)
+            return (struct ivshm_reg_slot *)(base + h->reg_off) + i;
+    fail_msg("no live slot of pid %d", (int)pid);
+    return NULL;
+}
+
+/* A collector took the receiver's slot (alive -> reclaiming) and died
+ * before it counted the end. Two lease timeouts later another collect
+ * finishes the release: it counts the end itself, so the sender, whose
+ * last send checked that life, fails its next one instead of writing
+ * memory that goes to a new owner. */
+static void test_send_after_reclaimer_died(void **state)
+{
+    (void)state;
+    pid_t b = fork_idle_peer("reclaimer", 0, NULL, NULL);
+    struct view v;
+    view_open(&v, "reclaimer");
+    struct sink as;
+    ivshm_ep_t *a = make_ep(&v, 0, NULL, &as);
+    uint32_t pb;
+    assert_int_equal(tr_connect(v.d, a, 1, &pb), 0);
+    unsigned char m[16];
+    fill(m, sizeof(m), 0);
+    assert_int_equal(ivshm_ep_try_send(a, pb, 0, m, sizeof(m)), IVSHM_OK);
+    size_t len;
+    unsigned char *base = tu_map_raw(path, &len);
+    struct ivshm_reg_slot *s = slot_of(base, v.r, b);
+    kill(b, SIGKILL);
+    waitpid(b, NULL, 0);
+    uint64_t w = atomic_load(&s->word);
+    atomic_store(&s->word, SLOT_WORD(SLOT_GEN(w), SLOT_RECLAIMING));
+    atomic_store(&s->heartbeat_ns, ivshm__now_ns() - 3000000000ull);
+    assert_int_equal(ivshm_gc(v.r, NULL), IVSHM_OK);
+    assert_int_equal(SLOT_STATE(atomic_load(&s->word)), SLOT_FREE);
+    assert_int_equal(ivshm_ep_try_send(a, pb, 1, m, sizeof(m)),
+                     IVSHM_ERR_PEER_DEAD);
+    munmap(base, len);
+    ivshm_ep_destroy(a);
+    view_close(&v);
+}
+
+/* Our own slot reads "reclaiming" until our lease renewal gives up
+ * (IVSHM_ERR_LEASE_LOST, sticky); then the reclaimer backs off and the
+ * slot reads alive again. Nothing else ended: the loss itself is counted,
+ * so the next send fails instead of going on under a lost lease. */
+static void test_send_after_lease_given_up(void **state)
+{
+    (void)state;
+    struct sent_pair sp;
+    sent_pair_open(&sp, "givenup");
+    size_t len;
+    unsigned char *base = tu_map_raw(path, &len);
+    ivshm_identity_t id;
+    ivshm_self_identity(sp.vs.r, &id);
+    struct ivshm_reg_slot *s =
+        (struct ivshm_reg_slot *)(base +
+                                  ((struct ivshm_hdr *)base)->reg_off) +
+        id.slot;
+    uint64_t alive = atomic_load(&s->word);
+    atomic_store(&s->word, SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING));
+    double end = tu_now_s() + 60;
+    while (ivshm_lease_renew(sp.vs.r) != IVSHM_ERR_LEASE_LOST)
+        assert_true(tu_now_s() < end); /* gives up after about 5 s */
+    atomic_store(&s->word, alive); /* the reclaimer backs off */
+    assert_int_equal(sent_pair_again(&sp), IVSHM_ERR_LEASE_LOST);
+    munmap(base, len);
+    sent_pair_close(&sp);
 }
 
 /* The receiver's process leaves the region (its own detach) with its
@@ -542,23 +682,11 @@ static void test_send_after_receiver_destroyed(void **state)
 static void test_send_after_receiver_detached(void **state)
 {
     (void)state;
-    struct view vr, vs;
-    view_open(&vr, "detached");
-    view_open(&vs, "detached");
-    struct sink rs, ss;
-    ivshm_ep_t *rx = make_ep(&vr, 0, NULL, &rs);
-    ivshm_ep_t *tx = make_ep(&vs, 1, NULL, &ss);
-    uint32_t peer = connect_ep(tx, rx);
-    unsigned char m[16];
-    fill(m, sizeof(m), 0);
-    assert_int_equal(ivshm_ep_try_send(tx, peer, 0, m, sizeof(m)), IVSHM_OK);
-    assert_int_equal(ivshm_detach(vr.r), IVSHM_OK);
-    assert_int_equal(ivshm_ep_try_send(tx, peer, 1, m, sizeof(m)),
-                     IVSHM_ERR_PEER_DEAD);
-    ivshm_ep_destroy(rx);
-    ivshm_ep_destroy(tx);
-    view_close(&vs);
-    view_close(&vr);
+    struct sent_pair sp;
+    sent_pair_open(&sp, "detached");
+    assert_int_equal(ivshm_detach(sp.vr.r), IVSHM_OK);
+    assert_int_equal(sent_pair_again(&sp), IVSHM_ERR_PEER_DEAD);
+    sent_pair_close(&sp);
 }
 
 /* ---- 5: an endpoint's life is (index, lease, epoch) ---- */
@@ -1177,6 +1305,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_send_after_owner_collected,
                                         setup_long, teardown),
         cmocka_unit_test_setup_teardown(test_send_after_receiver_detached,
+                                        setup_long, teardown),
+        cmocka_unit_test_setup_teardown(test_send_after_forced_format,
+                                        setup_long, teardown),
+        cmocka_unit_test_setup_teardown(test_send_after_reclaimer_died,
+                                        setup_short, teardown),
+        cmocka_unit_test_setup_teardown(test_send_after_lease_given_up,
                                         setup_long, teardown),
         cmocka_unit_test_setup_teardown(test_send_after_receiver_destroyed,
                                         setup_long, teardown),

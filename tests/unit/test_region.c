@@ -173,8 +173,8 @@ static void test_versions(void **state)
     set_version(IVSHM_LAYOUT_VERSION + 1);
     assert_int_equal(reopen_status(), IVSHM_ERR_VERSION);
     assert_non_null(strstr(ivshm_last_error(), "upgrade libivshm"));
-    set_version(IVSHM_LAYOUT_VERSION - 1); /* version 1: the job slots'
-                                             older rules */
+    set_version(IVSHM_LAYOUT_VERSION - 1); /* version 3: senders that do
+                                             not count ended lives */
     assert_int_equal(reopen_status(), IVSHM_ERR_VERSION);
     assert_non_null(strstr(ivshm_last_error(), "reformat"));
     set_version(0);
