@@ -272,8 +272,9 @@ static inline struct ivshm_hdr *ivshm__hdr(const ivshm_region_t *r)
 {
     return (struct ivshm_hdr *)r->base;
 }
-/* A life ended: a registry slot left ALIVE (or was released), a directory
- * entry left READY, a process found its lease lost, or a forced format.
+/* A life ended: a registry slot's release (or its generation moving on),
+ * a directory entry leaving READY, a process finding its lease lost, or a
+ * forced format.
  * Called after that change (release), so that a
  * reader whose acquire load finds the count it saw before its own checks
  * of those words knows none of them ended since (K0; docs/channels.md,

@@ -155,8 +155,13 @@ static unsigned reclaim_procs(ivshm_region_t *r, bool force,
             /* a reclaimer that died mid-way (it had its proof of death
              * when it took the slot): finish after two timeouts */
             uint64_t hb = atomic_load(&s->heartbeat_ns);
-            if (hb && now > hb && now - hb > 2 * timeout_ns &&
-                atomic_compare_exchange_strong(
+            if (!hb || now <= hb || now - hb <= 2 * timeout_ns)
+                continue;
+            /* counted before the generation moves on, which makes the
+             * old life read gone to others (K0): release_slot counts too
+             * late if we die between the two */
+            ivshm__life_ended(r);
+            if (atomic_compare_exchange_strong(
                     &s->word, &w, SLOT_WORD(gen + 1, SLOT_RECLAIMING))) {
                 stats->chunks_freed += release_slot(r, i, gen, true);
                 n++;
