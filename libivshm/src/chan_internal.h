@@ -104,13 +104,13 @@ struct ivshm_domain {
     char key[IVSHM_JOB_KEY_MAX + 1];
 };
 
-/* What we know of one life of a peer endpoint: its validated layout and
- * both directions' state. */
 /* A peer's lives_seen before its first full check: sends compare the
  * region's count masked to 63 bits (LIVES_MASK), which never reads as
  * this, whatever the shared word holds. */
 #define LIVES_UNSEEN UINT64_MAX
 #define LIVES_MASK (UINT64_MAX >> 1)
+/* What we know of one life of a peer endpoint: its validated layout and
+ * both directions' state. */
 struct peer {
     bool valid, dead;
     /* its queue's head and tail were found more than a lap apart, which

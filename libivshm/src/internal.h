@@ -274,11 +274,10 @@ static inline struct ivshm_hdr *ivshm__hdr(const ivshm_region_t *r)
 }
 /* A life ended: a registry slot's release (or its generation moving on),
  * a directory entry leaving READY, a process finding its lease lost, or a
- * forced format.
- * Called after that change (release), so that a
- * reader whose acquire load finds the count it saw before its own checks
- * of those words knows none of them ended since (K0; docs/channels.md,
- * "One count for the life checks"). */
+ * forced format. Counted (release) so that a reader whose acquire load
+ * finds the count it saw before its own checks of those words knows none
+ * of them ended since (K0; docs/channels.md, "One count for the life
+ * checks"). */
 static inline void ivshm__life_ended(ivshm_region_t *r)
 {
     atomic_fetch_add_explicit(&ivshm__hdr(r)->lives_ended, 1,

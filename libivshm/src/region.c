@@ -1,8 +1,8 @@
 /*
  * The region format (docs/region-format.md): geometry, formatting
  * (race-free between VMs via the header state word), mapping and header
- * validation. Reading a mapped
- * region for the tool (info, slots, the layout check) is inspect.c's.
+ * validation. Reading a mapped region for the tool (info, slots, the
+ * layout check) is inspect.c's.
  */
 #include "internal.h"
 

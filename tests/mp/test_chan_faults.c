@@ -489,27 +489,58 @@ static void test_frags_back_from_dead(void **state)
  * only its registry word says that life ended. The next send,
  * with no progress between, fails instead of writing the dead process'
  * memory, which goes to a new owner one lease timeout later. */
+/* A receiver in a forked process (fork_idle_peer, index 1) and our
+ * sender a, connected, one message sent: a's checks have seen the
+ * receiver's life (the tests then end it). */
+struct forked_pair {
+    pid_t b;
+    struct view v;
+    struct sink as;
+    ivshm_ep_t *a;
+    uint32_t pb;
+    unsigned char m[16];
+};
+
+static void forked_pair_open(struct forked_pair *fp, const char *job)
+{
+    fp->b = fork_idle_peer(job, 0, NULL, NULL);
+    view_open(&fp->v, job);
+    fp->a = make_ep(&fp->v, 0, NULL, &fp->as);
+    assert_int_equal(tr_connect(fp->v.d, fp->a, 1, &fp->pb), 0);
+    fill(fp->m, sizeof(fp->m), 0);
+    assert_int_equal(ivshm_ep_try_send(fp->a, fp->pb, 0, fp->m,
+                                       sizeof(fp->m)),
+                     IVSHM_OK);
+}
+
+/* a's message of this tag to the receiver */
+static ivshm_status_t forked_pair_send(struct forked_pair *fp, uint32_t tag)
+{
+    return ivshm_ep_try_send(fp->a, fp->pb, tag, fp->m, sizeof(fp->m));
+}
+
+static void forked_pair_kill(struct forked_pair *fp)
+{
+    kill(fp->b, SIGKILL);
+    waitpid(fp->b, NULL, 0);
+}
+
+static void forked_pair_close(struct forked_pair *fp)
+{
+    ivshm_ep_destroy(fp->a);
+    view_close(&fp->v);
+}
+
 static void test_send_after_owner_collected(void **state)
 {
     (void)state;
-    pid_t b = fork_idle_peer("collected", 0, NULL, NULL);
-    struct view v;
-    view_open(&v, "collected");
-    struct sink as;
-    ivshm_ep_t *a = make_ep(&v, 0, NULL, &as);
-    uint32_t pb;
-    assert_int_equal(tr_connect(v.d, a, 1, &pb), 0);
-    unsigned char m[16];
-    fill(m, sizeof(m), 0);
-    assert_int_equal(ivshm_ep_try_send(a, pb, 0, m, sizeof(m)), IVSHM_OK);
-    kill(b, SIGKILL);
-    waitpid(b, NULL, 0);
-    assert_int_equal(ivshm_ep_try_send(a, pb, 1, m, sizeof(m)), IVSHM_OK);
-    assert_int_equal(ivshm_gc(v.r, NULL), IVSHM_OK);
-    assert_int_equal(ivshm_ep_try_send(a, pb, 2, m, sizeof(m)),
-                     IVSHM_ERR_PEER_DEAD);
-    ivshm_ep_destroy(a);
-    view_close(&v);
+    struct forked_pair fp;
+    forked_pair_open(&fp, "collected");
+    forked_pair_kill(&fp);
+    assert_int_equal(forked_pair_send(&fp, 1), IVSHM_OK);
+    assert_int_equal(ivshm_gc(fp.v.r, NULL), IVSHM_OK);
+    assert_int_equal(forked_pair_send(&fp, 2), IVSHM_ERR_PEER_DEAD);
+    forked_pair_close(&fp);
 }
 
 /* The receiver destroys its endpoint and nothing takes the index: its
@@ -620,31 +651,20 @@ static struct ivshm_reg_slot *slot_of(unsigned char *base, ivshm_region_t *r,
 static void test_send_after_reclaimer_died(void **state)
 {
     (void)state;
-    pid_t b = fork_idle_peer("reclaimer", 0, NULL, NULL);
-    struct view v;
-    view_open(&v, "reclaimer");
-    struct sink as;
-    ivshm_ep_t *a = make_ep(&v, 0, NULL, &as);
-    uint32_t pb;
-    assert_int_equal(tr_connect(v.d, a, 1, &pb), 0);
-    unsigned char m[16];
-    fill(m, sizeof(m), 0);
-    assert_int_equal(ivshm_ep_try_send(a, pb, 0, m, sizeof(m)), IVSHM_OK);
+    struct forked_pair fp;
+    forked_pair_open(&fp, "reclaimer");
     size_t len;
     unsigned char *base = tu_map_raw(path, &len);
-    struct ivshm_reg_slot *s = slot_of(base, v.r, b);
-    kill(b, SIGKILL);
-    waitpid(b, NULL, 0);
+    struct ivshm_reg_slot *s = slot_of(base, fp.v.r, fp.b);
+    forked_pair_kill(&fp);
     uint64_t w = atomic_load(&s->word);
     atomic_store(&s->word, SLOT_WORD(SLOT_GEN(w), SLOT_RECLAIMING));
     atomic_store(&s->heartbeat_ns, ivshm__now_ns() - 3000000000ull);
-    assert_int_equal(ivshm_gc(v.r, NULL), IVSHM_OK);
+    assert_int_equal(ivshm_gc(fp.v.r, NULL), IVSHM_OK);
     assert_int_equal(SLOT_STATE(atomic_load(&s->word)), SLOT_FREE);
-    assert_int_equal(ivshm_ep_try_send(a, pb, 1, m, sizeof(m)),
-                     IVSHM_ERR_PEER_DEAD);
+    assert_int_equal(forked_pair_send(&fp, 1), IVSHM_ERR_PEER_DEAD);
     munmap(base, len);
-    ivshm_ep_destroy(a);
-    view_close(&v);
+    forked_pair_close(&fp);
 }
 
 /* Our own slot reads "reclaiming" until our lease renewal gives up
