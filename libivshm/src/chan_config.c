@@ -9,9 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Any message a cell holds, ours or a peer's (both checked here), fits
+ * one fragment: ivshm_ep_try_send2 checks the fragment's bound only for
+ * what its fast box did not take. */
+#define CELL_SIZE_MAX 4096
+#define FRAG_SIZE_MIN 4096
+_Static_assert(CELL_SIZE_MAX - CELL_SHORT_HDR <= FRAG_SIZE_MIN,
+               "a cell's message fits a fragment");
+
 static const ivshm_config_param_t params[] = {
     {"IVSHM_FIFO_CELLS", 256, 8, 1u << 20, 1, "receive FIFO cells"},
-    {"IVSHM_CELL_SIZE", 128, 128, 4096, 0,
+    {"IVSHM_CELL_SIZE", 128, 128, CELL_SIZE_MAX, 0,
      "bytes per FIFO and fast-box cell (multiple of 64; a message of up to "
      "this minus 32 travels inline)"},
     {"IVSHM_FBOX_CELLS", 64, 0, 4096, 1,
@@ -21,7 +29,8 @@ static const ivshm_config_param_t params[] = {
     {"IVSHM_FBOX_BUDGET", 32, 0, 4096, 0,
      "fast boxes one receiver grants at most"},
     {"IVSHM_FRAG_COUNT", 16, 2, 4096, 0, "fragments in the send pool"},
-    {"IVSHM_FRAG_SIZE", 32768, 4096, 1u << 24, 1, "bytes per fragment"},
+    {"IVSHM_FRAG_SIZE", 32768, FRAG_SIZE_MIN, 1u << 24, 1,
+     "bytes per fragment"},
     {"IVSHM_MAX_PER_POLL", 64, 1, 1u << 20, 0,
      "pieces handled per progress call"},
 };

@@ -23,12 +23,20 @@ static void check_liveness(ivshm_ep_t *ep, uint64_t now)
     }
 }
 
-/* The receive statistics' mirror (BUMP), once per call that delivered. */
-static inline void mirror_rx_stats(ivshm_ep_t *ep)
+/* The message statistics' mirror in the shared stats lines (as BUMP's),
+ * for `ivshm stat`: written once per call that delivered and on the
+ * periodic liveness look, not per message. The sends' count is mirrored
+ * here too (a sender's progress delivers its replies, or looks at
+ * liveness every LIVENESS_PERIOD calls). */
+static inline void mirror_stats(ivshm_ep_t *ep)
 {
     atomic_store_explicit(&ep->ctl->msgs_in, ep->st.msgs_in,
                           memory_order_relaxed);
     atomic_store_explicit(&ep->ctl->bytes_in, ep->st.bytes_in,
+                          memory_order_relaxed);
+    atomic_store_explicit(&ep->ctl->msgs_out, ep->st.msgs_out,
+                          memory_order_relaxed);
+    atomic_store_explicit(&ep->ctl->bytes_out, ep->st.bytes_out,
                           memory_order_relaxed);
 }
 
@@ -89,13 +97,14 @@ static __attribute__((noinline)) int progress_pass(ivshm_ep_t *ep,
     }
     ep->ngapped = 0;
     if (n)
-        mirror_rx_stats(ep);
+        mirror_stats(ep);
 liveness:
     /* a sleeper's pass (liveness_due) judges too: it makes few passes,
      * and a peer's death rings nobody */
     if (ep->polls % LIVENESS_PERIOD == 0 || ep->liveness_due ||
         (ep->npend && n == 0)) {
         ep->liveness_due = false;
+        mirror_stats(ep);
         uint64_t now = ivshm__mono_ns();
         if (now - ep->last_liveness > LIVENESS_NS) {
             ep->last_liveness = now;
@@ -133,7 +142,7 @@ int ivshm_ep_progress(ivshm_ep_t *ep)
         int n;
         if (look == LOOK_BOXES && ep->nactive == 1 &&
             (n = ivshm__fbox_poll_usual(ep, (int)ep->cfg.max_per_poll)) >= 0) {
-            mirror_rx_stats(ep);
+            mirror_stats(ep);
             return n;
         }
     }

@@ -586,10 +586,8 @@ static void on_recv(ivshmem_verbs_rslot_t *s, uint32_t byte_len)
     flush_pending(vc);
 }
 
-int ivshmem_verbs_progress(void)
+int ivshmem_verbs_poll(void)
 {
-    if (!IVSHMEM_VERBS->cq)
-        return 0;
     int n = 0;
     if (IVSHMEM_VERBS->connecting ||
         (++IVSHMEM_VERBS->progress_calls & 127) == 0)
