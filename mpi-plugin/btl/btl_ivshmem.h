@@ -310,6 +310,17 @@ static inline void mca_btl_ivshmem_clamp_eager(mca_btl_base_module_t *m)
 }
 /* The component itself, in the sources of this BTL. */
 #define IVSHMEM_COMPONENT (&mca_btl_ivshmem_component)
+
+/* A peer's sends or receives and their bytes (`n`, `bytes` fields of the
+ * endpoint), counted only where btl_ivshmem_stats prints them: a small
+ * message pays a load and a branch, not two read-modify-writes. */
+#define IVSHMEM_COUNT(ep, n, bytes, len)                                     \
+    do {                                                                     \
+        if (IVSHMEM_COMPONENT->stats) {                                      \
+            (ep)->n++;                                                       \
+            (ep)->bytes += (len);                                            \
+        }                                                                    \
+    } while (0)
 #define IVSHMEM_LOCK()                                                        \
     do {                                                                      \
         if (mca_btl_ivshmem_component.threads)                               \

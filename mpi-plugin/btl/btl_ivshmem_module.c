@@ -228,10 +228,8 @@ void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m)
                            IVSHMEM_COMPONENT->rx_dropped, &slot))
         return; /* not something our sends produce: counted */
     struct mca_btl_base_endpoint_t *ep = slot;
-    if (ep) {
-        ep->recvs++;
-        ep->bytes_in += m->len;
-    }
+    if (ep)
+        IVSHMEM_COUNT(ep, recvs, bytes_in, m->len);
     mca_btl_ivshmem_deliver(&mca_btl_ivshmem_module.super, ep,
                             (mca_btl_base_tag_t)m->tag, (void *)m->data, m->len);
 }

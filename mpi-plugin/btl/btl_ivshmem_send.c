@@ -130,8 +130,7 @@ static ivshm_status_t put_frag(struct mca_btl_base_endpoint_t *endpoint,
         memcpy(buf, f->segment.seg_addr.pval, len);
         ivshm_ep_commit(IVSHMEM_COMPONENT->ep, &rsv, f->tag, len);
     }
-    endpoint->sends++;
-    endpoint->bytes_out += len;
+    IVSHMEM_COUNT(endpoint, sends, bytes_out, len);
     return IVSHM_OK;
 }
 
@@ -246,8 +245,7 @@ sendi_reserve(struct mca_btl_base_endpoint_t *endpoint,
         }
     }
     ivshm_ep_commit(IVSHMEM_COMPONENT->ep, &rsv, tag, header_size + packed);
-    endpoint->sends++;
-    endpoint->bytes_out += header_size + packed;
+    IVSHMEM_COUNT(endpoint, sends, bytes_out, header_size + packed);
     return OPAL_SUCCESS;
 }
 
@@ -284,8 +282,7 @@ int mca_btl_ivshmem_sendi(struct mca_btl_base_module_t *btl,
                                header, header_size, data, payload_size);
         if (st != IVSHM_OK)
             return status_to_opal(st);
-        endpoint->sends++;
-        endpoint->bytes_out += total;
+        IVSHMEM_COUNT(endpoint, sends, bytes_out, total);
         return OPAL_SUCCESS;
     }
     return sendi_reserve(endpoint, convertor, header, header_size,

@@ -263,10 +263,8 @@ static int verbs_send(struct mca_btl_base_module_t *btl,
         endpoint->vc->state != VC_CONNECTED)
         endpoint->queued++;
     int rc = ivshmem_verbs_post_send(endpoint->vc, f);
-    if (rc == OPAL_SUCCESS) {
-        endpoint->sends++;
-        endpoint->bytes_out += f->segment.seg_len;
-    }
+    if (rc == OPAL_SUCCESS)
+        IVSHMEM_COUNT(endpoint, sends, bytes_out, f->segment.seg_len);
     return rc;
 }
 
@@ -314,10 +312,8 @@ static int verbs_sendi(struct mca_btl_base_module_t *btl,
     f->hdr->type = IVSHMEM_VERBS_DATA;
     f->hdr->len = (uint32_t)f->segment.seg_len;
     int rc = ivshmem_verbs_post_send(vc, f);
-    if (rc == OPAL_SUCCESS) {
-        endpoint->sends++;
-        endpoint->bytes_out += f->segment.seg_len;
-    }
+    if (rc == OPAL_SUCCESS)
+        IVSHMEM_COUNT(endpoint, sends, bytes_out, f->segment.seg_len);
     return rc;
 }
 
@@ -329,8 +325,7 @@ void ivshmem_verbs_deliver(ivshmem_verbs_conn_t *vc, const ivshmem_verbs_hdr_t *
     if (hd->tag >= MCA_BTL_TAG_MAX)
         return;
     struct mca_btl_base_endpoint_t *ep = vc->ep;
-    ep->recvs++;
-    ep->bytes_in += hd->len;
+    IVSHMEM_COUNT(ep, recvs, bytes_in, hd->len);
     mca_btl_ivshmem_deliver(&mca_btl_ivshmem_verbs_module, ep,
                             (mca_btl_base_tag_t)hd->tag, data, hd->len);
 }
