@@ -45,13 +45,23 @@ ivshm_status_t ivshm_attach(ivshm_region_t *r)
                        r->g.reg_slots, r->uri);
 }
 
-/* Frees what the slot owns and releases it with a new generation. Caller
- * holds the slot in RECLAIMING. A reclaimer (cool) moves the chunks to
- * cooling: peers may be in the middle of a copy into them that checked
- * the owner's life just before it began; the owner's own detach frees
- * them at once. */
+/* Frees what the slot's life gen owns and releases the slot with a new
+ * generation. The caller holds the slot in RECLAIMING: its word is held
+ * (the life's own word, or the next generation's where a collector that
+ * died is finished for). A reclaimer (cool) moves the chunks to cooling:
+ * peers may be in the middle of a copy into them that checked the owner's
+ * life just before it began; the owner's own detach frees them at once.
+ *
+ * A collector that stalls here for two lease timeouts (a paused VM) is
+ * finished for by another, and the slot may then have a new owner: the
+ * stalled one must not touch it. So the slot's fields are cleared only
+ * while its word still reads held, and the release is a CAS from held;
+ * a collector that finds its word gone stops (its chunk releases are
+ * CASes on the old life's tag, which match nothing by then). Only a stall
+ * of two timeouts between that check and the CAS, a few stores, is not
+ * covered. */
 static unsigned release_slot(ivshm_region_t *r, uint32_t i, uint32_t gen,
-                             bool cool)
+                             uint64_t held, bool cool)
 {
     struct ivshm_reg_slot *s = ivshm__reg(r, i);
     uint64_t tag = OWNER_TAG(OWNER_PROC, i, gen);
@@ -62,6 +72,9 @@ static unsigned release_slot(ivshm_region_t *r, uint32_t i, uint32_t gen,
     ivshm__life_ended(r);
     unsigned freed = cool ? ivshm__cool_owned_by(r, tag)
                           : ivshm__free_owned_by(r, tag);
+    IVSHM_TEST_STEP("slot-release");
+    if (atomic_load(&s->word) != held)
+        return freed; /* finished for us: the slot is not ours to clear */
     for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
         atomic_store(&s->jobs[k], 0);
     atomic_store(&s->holding, 0);
@@ -70,8 +83,10 @@ static unsigned release_slot(ivshm_region_t *r, uint32_t i, uint32_t gen,
     s->start_time = 0;
     atomic_store(&s->heartbeat_ns, 0);
     /* R2: free with a new generation; stale CASes by the old owner fail. */
-    atomic_store_explicit(&s->word, SLOT_WORD(gen + 1, SLOT_FREE),
-                          memory_order_release);
+    atomic_compare_exchange_strong_explicit(&s->word, &held,
+                                            SLOT_WORD(gen + 1, SLOT_FREE),
+                                            memory_order_release,
+                                            memory_order_relaxed);
     return freed;
 }
 
@@ -92,7 +107,8 @@ ivshm_status_t ivshm_detach(ivshm_region_t *r)
         return ivshm__fail(IVSHM_ERR_LEASE_LOST,
                            "registry slot %u was reclaimed before detach",
                            r->slot);
-    release_slot(r, r->slot, r->gen, false);
+    release_slot(r, r->slot, r->gen, SLOT_WORD(r->gen, SLOT_RECLAIMING),
+                 false);
     unsigned chunks = 0;
     ivshm__job_gc(r, false, &chunks); /* our job may have lost its last member */
     return IVSHM_OK;
@@ -163,7 +179,8 @@ static unsigned reclaim_procs(ivshm_region_t *r, bool force,
             ivshm__life_ended(r);
             if (atomic_compare_exchange_strong(
                     &s->word, &w, SLOT_WORD(gen + 1, SLOT_RECLAIMING))) {
-                stats->chunks_freed += release_slot(r, i, gen, true);
+                stats->chunks_freed += release_slot(
+                    r, i, gen, SLOT_WORD(gen + 1, SLOT_RECLAIMING), true);
                 n++;
             }
             continue;
@@ -202,7 +219,8 @@ static unsigned reclaim_procs(ivshm_region_t *r, bool force,
             if (ivshm_region_proc(r, i, &p) == IVSHM_OK)
                 released(arg, &p);
         }
-        stats->chunks_freed += release_slot(r, i, gen, true);
+        stats->chunks_freed +=
+            release_slot(r, i, gen, SLOT_WORD(gen, SLOT_RECLAIMING), true);
         atomic_fetch_add(&ivshm__hdr(r)->reclaims, 1);
         n++;
     }

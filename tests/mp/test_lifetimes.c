@@ -363,17 +363,25 @@ static int freeing_owner(ivshm_region_t *r, int in, int out)
     return ivshm_detach(r) == IVSHM_OK ? 0 : 44;
 }
 
+/* A child of this VM that held 1 MiB and was killed (h: what it held);
+ * returns its pid. */
+static pid_t killed_holding(struct holding *h)
+{
+    struct child a;
+    start(&a, NULL, killed_holder);
+    get_holding(&a, h);
+    kill(a.pid, SIGKILL);
+    finish(&a);
+    return a.pid;
+}
+
 /* A process of this VM killed holding chunks is reclaimed at once (its pid
  * is gone), but its chunks are handed out only after one lease timeout. */
 static void test_dead_owner_chunks_cool(void **state)
 {
     (void)state;
-    struct child a;
     struct holding h;
-    start(&a, NULL, killed_holder);
-    get_holding(&a, &h);
-    kill(a.pid, SIGKILL);
-    finish(&a);
+    killed_holding(&h);
     ivshm_region_t *b = open_as(NULL);
     assert_non_null(b);
     double t0 = tu_now_s();
@@ -548,6 +556,74 @@ static void test_late_release_spares_new_owner(void **state)
         fail_msg("the collector's late release cleared the new owner's run "
                  "(run %llu; its free: %s)",
                  (unsigned long long)run, ivshm_last_error());
+    ivshm_region_close(c);
+    ivshm_region_close(b);
+}
+
+/* ---- a collector stalled in a release that another finished ---- */
+
+static ivshm_region_t *finisher;  /* finishes the release, in the step */
+static ivshm_region_t *successor; /* then claims the freed slot */
+static uint32_t stalled_slot;
+
+/* Runs in the collector after it released the slot's chunks, before it
+ * clears the slot: as if it stalled there past two lease timeouts, another
+ * collector finishes the release and a new process takes the slot. */
+static void finish_during_release(const char *step)
+{
+    if (strcmp(step, "slot-release") != 0 || !finisher)
+        return;
+    ivshm_region_t *f = finisher;
+    finisher = NULL;
+    struct ivshm_reg_slot *s = ivshm__reg(f, stalled_slot);
+    atomic_store(&s->heartbeat_ns,
+                 ivshm__now_ns() - 3ull * LEASE_MS * 1000000u);
+    ivshm_gc_stats_t gs;
+    assert_int_equal(ivshm_gc(f, &gs), IVSHM_OK);
+    assert_int_equal(gs.procs_reclaimed, 1); /* the finish */
+    successor = open_as(NULL);
+}
+
+static void test_stalled_collector_spares_successor(void **state)
+{
+    (void)state;
+    struct holding h;
+    pid_t dead = killed_holding(&h);
+    ivshm_region_t *b = open_as(NULL), *c = open_as(NULL);
+    assert_non_null(b);
+    assert_non_null(c);
+    stalled_slot = b->g.reg_slots;
+    for (uint32_t i = 0; i < b->g.reg_slots; i++)
+        if (ivshm__reg(b, i)->pid == (uint32_t)dead)
+            stalled_slot = i;
+    assert_int_equal(stalled_slot, 0); /* the first claim */
+    struct ivshm_reg_slot *s = ivshm__reg(b, stalled_slot);
+    uint32_t gen = SLOT_GEN(atomic_load(&s->word));
+    finisher = c;
+    ivshm__test_step = finish_during_release;
+    ivshm_gc_stats_t gs;
+    ivshm_status_t gst = ivshm_gc(b, &gs);
+    ivshm__test_step = NULL;
+    assert_int_equal(gst, IVSHM_OK);
+    assert_null(finisher); /* the step ran */
+    assert_non_null(successor);
+    assert_int_equal(successor->slot, stalled_slot); /* the lowest free */
+    /* the stalled collector came back to a slot that is not its own */
+    uint64_t w = atomic_load(&s->word);
+    if (w != SLOT_WORD(gen + 1, SLOT_ALIVE) ||
+        atomic_load(&s->heartbeat_ns) == 0 || s->pid != (uint32_t)getpid())
+        fail_msg("the stalled collector's release overwrote the successor's "
+                 "slot (word %#llx, want %#llx; pid %u)",
+                 (unsigned long long)w,
+                 (unsigned long long)SLOT_WORD(gen + 1, SLOT_ALIVE),
+                 (unsigned)s->pid);
+    assert_int_equal(ivshm_lease_renew(successor), IVSHM_OK);
+    uint64_t off;
+    assert_int_equal(ivshm_alloc(successor, chunk_size(successor), &off),
+                     IVSHM_OK);
+    assert_int_equal(ivshm_free(successor, off), IVSHM_OK);
+    ivshm_region_close(successor);
+    successor = NULL;
     ivshm_region_close(c);
     ivshm_region_close(b);
 }
@@ -782,6 +858,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_paused_claim_keeps_slot, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_stalled_collector_spares_successor,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_late_release_spares_new_owner,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_region_names_doubt, setup,
