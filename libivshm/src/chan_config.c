@@ -9,14 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Any message a cell holds, ours or a peer's (both checked here), fits
- * one fragment: ivshm_ep_try_send2 checks the fragment's bound only for
- * what its fast box did not take. */
-#define CELL_SIZE_MAX 4096
-#define FRAG_SIZE_MIN 4096
-_Static_assert(CELL_SIZE_MAX - CELL_SHORT_HDR <= FRAG_SIZE_MIN,
-               "a cell's message fits a fragment");
-
 static const ivshm_config_param_t params[] = {
     {"IVSHM_FIFO_CELLS", 256, 8, 1u << 20, 1, "receive FIFO cells"},
     {"IVSHM_CELL_SIZE", 128, 128, CELL_SIZE_MAX, 0,

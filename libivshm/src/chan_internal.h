@@ -25,6 +25,11 @@
 #define PENDING_MAX 64
 #define STUCK_CHECK_NS 2000000ull /* look at a pending cell's owner after */
 #define GAP_WAIT_NS 20000000ull   /* a pair's missing piece: resync after */
+/* Bounds of the configuration table (chan_config.c), which checks our
+ * numbers and every peer's: any message a cell holds fits a fragment
+ * (ivshm_ep_try_send2 relies on it). */
+#define CELL_SIZE_MAX 4096u
+#define FRAG_SIZE_MIN 4096u
 #define LIVENESS_PERIOD 1024      /* progress calls between clock reads */
 #define LIVENESS_NS 100000000ull  /* peer checks at most every 100 ms */
 #define GC_MAX_NS 1000000000ull   /* a region-wide collection at most 1/s */

@@ -374,15 +374,21 @@ ivshm_status_t ivshm_ep_try_send2(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
 {
     size_t len = head_len + body_len;
     struct peer *p = NULL;
-    ivshm_status_t st = tx_begin(ep, peer, &p);
+    ivshm_status_t st = tx_peer(ep, peer, &p);
     if (st != IVSHM_OK)
         return st;
-    /* a message the box takes is shorter than any fragment (CELL_SIZE_MAX),
-     * so the bound is checked only where the box did not take it */
+    /* a message the box takes is shorter than any fragment, so the bound
+     * is checked only where the box did not take it; before tx_begin's
+     * ask for a box (a box is used only once asked for and granted), so
+     * that a refused send has no effect on the peer */
+    _Static_assert(CELL_SIZE_MAX - CELL_SHORT_HDR <= FRAG_SIZE_MIN,
+                   "a message in a cell fits a fragment");
     if (send_msg_box(ep, p, peer, tag, head, head_len, body, body_len))
         return IVSHM_OK;
     if (len > ep->cfg.frag_size)
         return over_single(len);
+    if (!p->fbox_asked)
+        ask_fbox(ep, p, peer);
     if (len > p->g.cell_size - CELL_SHORT_HDR) /* not inline in its cells */
         return send_frag(ep, p, peer, tag, head, (uint32_t)head_len, body,
                          (uint32_t)body_len, 0, len);

@@ -454,6 +454,36 @@ static uint16_t sent_form(ivshm_ep_t *rx, uint64_t pos)
     return c->type;
 }
 
+/* A two-part send refused for its length (more than a fragment) leaves
+ * the peer as it was: not even the ask for a fast box that a first send
+ * past the threshold makes is published. */
+static void test_refused_send2_no_effect(void **state)
+{
+    (void)state;
+    ivshm_ep_config_t rc, tc;
+    ivshm_ep_config_defaults(&rc);
+    ivshm_ep_config_defaults(&tc);
+    tc.fbox_threshold = 1; /* the first send asks for a box */
+    int got = 0;
+    ivshm_ep_t *a, *b;
+    uint32_t peer = make_pair(&rc, nop_handler, &got, &tc, &a, &b);
+    static char big[32768 + 64];
+    assert_true(tc.frag_size + 1 <= sizeof(big));
+    assert_int_equal(ivshm_ep_try_send2(b, peer, 3, big, 10, big + 10,
+                                        tc.frag_size - 9),
+                     IVSHM_ERR_INVAL);
+    assert_int_equal(atomic_load(&a->ctl->head), 0);
+    /* the next send asks for the box, then goes itself */
+    assert_int_equal(ivshm_ep_try_send2(b, peer, 3, big, 10, big, 10),
+                     IVSHM_OK);
+    assert_int_equal(atomic_load(&a->ctl->head), 2);
+    assert_int_equal(sent_form(a, 0), CELL_FBOX_REQ);
+    while (got == 0)
+        ivshm_ep_progress(a);
+    ivshm_ep_destroy(b);
+    ivshm_ep_destroy(a);
+}
+
 static void test_cell_forms(void **state)
 {
     (void)state;
@@ -1316,6 +1346,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reserve_and_region, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_frag, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cell_forms, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refused_send2_no_effect, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_fbox_msg_too_long, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fbox_entries, setup, teardown),

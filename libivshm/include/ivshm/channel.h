@@ -128,8 +128,10 @@ ivshm_status_t ivshm_ep_try_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
  * commit in one call, for the small messages a message rate is made of.
  * Where head_len + body_len is not inline in a cell of this peer (its
  * cells may be smaller than ours), the two parts go into one fragment, as
- * ivshm_ep_try_send's would. IVSHM_ERR_INVAL above ivshm_ep_max_single,
- * IVSHM_ERR_AGAIN when there is no room right now. */
+ * ivshm_ep_try_send's would. IVSHM_ERR_INVAL above ivshm_ep_max_single
+ * (a peer that cannot be sent to is reported first, as by any send; a
+ * refused send has no effect on the peer), IVSHM_ERR_AGAIN when there is
+ * no room right now. */
 ivshm_status_t ivshm_ep_try_send2(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
                                   const void *head, size_t head_len,
                                   const void *body, size_t body_len);
@@ -239,7 +241,10 @@ typedef struct ivshm_ep_stats {
 } ivshm_ep_stats_t;
 void ivshm_ep_stats(const ivshm_ep_t *ep, ivshm_ep_stats_t *s);
 
-/* Walks the endpoints of every domain in the region (for `ivshm stat`). */
+/* Walks the endpoints of every domain in the region (for `ivshm stat`).
+ * The message counts are those an endpoint's progress last mirrored (a
+ * call that delivered, or every 1,024th call); ivshm_ep_stats has the
+ * current ones of our own endpoints. */
 typedef void (*ivshm_ep_visit_fn)(void *arg, const char *job, uint32_t index,
                                   uint32_t pid, const ivshm_ep_stats_t *s);
 ivshm_status_t ivshm_region_endpoints(ivshm_region_t *r, ivshm_ep_visit_fn fn,
