@@ -85,6 +85,10 @@ ivshm_status_t ivshm_region_proc(ivshm_region_t *r, uint32_t i,
     p->slot = i;
     p->gen = SLOT_GEN(w);
     p->state = (int)SLOT_STATE(w);
+    if (p->state == SLOT_FREE) {
+        p->heartbeat_age_ms = -1;
+        return IVSHM_OK; /* its fields are the last life's (release_slot) */
+    }
     p->pid = s->pid;
     p->vm_id = s->vm_id;
     uint64_t hb = atomic_load(&s->heartbeat_ns);

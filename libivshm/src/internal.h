@@ -236,7 +236,7 @@ ivshm_status_t ivshm__fail_errno(int err, const char *what, const char *path);
 /* Fault-injection seam for the tests (tests/mp/test_chan_faults.c): called
  * with the name of the step a process is at (claim, lend, publish, grant,
  * ack, create, destroy, renew, job-claim, job-reclaim, attach-claim,
- * chunk-release, slot-release); NULL in production. */
+ * chunk-release, slot-release, slot-free); NULL in production. */
 extern void (*ivshm__test_step)(const char *step);
 #define IVSHM_TEST_STEP(name)                                                \
     do {                                                                     \

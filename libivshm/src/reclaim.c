@@ -47,19 +47,26 @@ ivshm_status_t ivshm_attach(ivshm_region_t *r)
 
 /* Frees what the slot's life gen owns and releases the slot with a new
  * generation. The caller holds the slot in RECLAIMING: its word is held
- * (the life's own word, or the next generation's where a collector that
- * died is finished for). A reclaimer (cool) moves the chunks to cooling:
- * peers may be in the middle of a copy into them that checked the owner's
- * life just before it began; the owner's own detach frees them at once.
+ * (the life's own word, or the next generation's where the release of a
+ * collector that died is finished). A reclaimer (cool) moves the chunks
+ * to cooling: peers may be in the middle of a copy into them that checked
+ * the owner's life just before it began; the owner's own detach frees
+ * them at once.
  *
- * A collector that stalls here for two lease timeouts (a paused VM) is
- * finished for by another, and the slot may then have a new owner: the
- * stalled one must not touch it. So the slot's fields are cleared only
- * while its word still reads held, and the release is a CAS from held;
- * a collector that finds its word gone stops (its chunk releases are
- * CASes on the old life's tag, which match nothing by then). Only a stall
- * of two timeouts between that check and the CAS, a few stores, is not
- * covered. */
+ * Another collector finishes the release of a slot that reads RECLAIMING
+ * two lease timeouts after its heartbeat, the owner's last one, which may
+ * be long past when the slot was taken: so a collector may find the slot
+ * finished, freed and claimed again while it was still releasing it. It
+ * must not touch the new owner. Nothing here writes the slot's fields
+ * while it may be another's: the claim writes every one of them
+ * (ivshm__try_claim) and readers look at them only in live states; only
+ * the heartbeat must read 0 in a free slot (a claim's clock starts from
+ * it). It is zeroed by a CAS from the value read while the word was still
+ * held, so a new owner's stamp is never overwritten, and once it reads 0
+ * no other collector finishes the release (it needs a heartbeat). Then
+ * the word is freed by a CAS from held: a collector that finds it gone
+ * stops (its chunk releases are CASes on the old life's tag, which match
+ * nothing by then). */
 static unsigned release_slot(ivshm_region_t *r, uint32_t i, uint32_t gen,
                              uint64_t held, bool cool)
 {
@@ -73,15 +80,12 @@ static unsigned release_slot(ivshm_region_t *r, uint32_t i, uint32_t gen,
     unsigned freed = cool ? ivshm__cool_owned_by(r, tag)
                           : ivshm__free_owned_by(r, tag);
     IVSHM_TEST_STEP("slot-release");
-    if (atomic_load(&s->word) != held)
-        return freed; /* finished for us: the slot is not ours to clear */
-    for (int k = 0; k < IVSHM_JOBS_PER_PROC; k++)
-        atomic_store(&s->jobs[k], 0);
-    atomic_store(&s->holding, 0);
-    s->pid = 0;
-    s->vm_id = 0;
-    s->start_time = 0;
-    atomic_store(&s->heartbeat_ns, 0);
+    uint64_t hb = atomic_load(&s->heartbeat_ns);
+    do {
+        if (atomic_load(&s->word) != held)
+            return freed; /* finished for us: not ours to touch */
+    } while (!atomic_compare_exchange_strong(&s->heartbeat_ns, &hb, 0));
+    IVSHM_TEST_STEP("slot-free");
     /* R2: free with a new generation; stale CASes by the old owner fail. */
     atomic_compare_exchange_strong_explicit(&s->word, &held,
                                             SLOT_WORD(gen + 1, SLOT_FREE),

@@ -560,63 +560,66 @@ static void test_late_release_spares_new_owner(void **state)
     ivshm_region_close(b);
 }
 
-/* ---- a collector stalled in a release that another finished ---- */
+/* ---- a collector overtaken in a release by another ---- */
 
-static ivshm_region_t *finisher;  /* finishes the release, in the step */
-static ivshm_region_t *successor; /* then claims the freed slot */
+/* A collector takes the slot of a process killed long ago (its heartbeat
+ * older than two lease timeouts), so another collector may finish the
+ * release at once, and a new process may claim the slot, while the first
+ * is still releasing it. The first must leave the new owner alone. */
+
+static const char *overtake_at;   /* the release step where it happens */
+static ivshm_region_t *finisher;  /* the other collector */
+static ivshm_region_t *successor; /* then attaches: the lowest free slot */
 static uint32_t stalled_slot;
+static unsigned finished;         /* the other collector's reclaims */
 
-/* Runs in the collector after it released the slot's chunks, before it
- * clears the slot: as if it stalled there past two lease timeouts, another
- * collector finishes the release and a new process takes the slot. */
-static void finish_during_release(const char *step)
+static void overtake(const char *step)
 {
-    if (strcmp(step, "slot-release") != 0 || !finisher)
+    if (!finisher || strcmp(step, overtake_at) != 0)
         return;
     ivshm_region_t *f = finisher;
     finisher = NULL;
-    struct ivshm_reg_slot *s = ivshm__reg(f, stalled_slot);
-    atomic_store(&s->heartbeat_ns,
-                 ivshm__now_ns() - 3ull * LEASE_MS * 1000000u);
     ivshm_gc_stats_t gs;
     assert_int_equal(ivshm_gc(f, &gs), IVSHM_OK);
-    assert_int_equal(gs.procs_reclaimed, 1); /* the finish */
+    finished = gs.procs_reclaimed;
     successor = open_as(NULL);
 }
 
-static void test_stalled_collector_spares_successor(void **state)
+/* The collector b releases the dead child's slot 0 (generation gen) and
+ * meets the other collector and the new process at step `at`. */
+static void overtaken_release(const char *at, ivshm_region_t **b,
+                              ivshm_region_t **c, uint32_t *gen)
 {
-    (void)state;
     struct holding h;
     pid_t dead = killed_holding(&h);
-    ivshm_region_t *b = open_as(NULL), *c = open_as(NULL);
-    assert_non_null(b);
-    assert_non_null(c);
-    stalled_slot = b->g.reg_slots;
-    for (uint32_t i = 0; i < b->g.reg_slots; i++)
-        if (ivshm__reg(b, i)->pid == (uint32_t)dead)
+    *b = open_as(NULL);
+    *c = open_as(NULL);
+    assert_non_null(*b);
+    assert_non_null(*c);
+    stalled_slot = (*b)->g.reg_slots;
+    for (uint32_t i = 0; i < (*b)->g.reg_slots; i++)
+        if (ivshm__reg(*b, i)->pid == (uint32_t)dead)
             stalled_slot = i;
     assert_int_equal(stalled_slot, 0); /* the first claim */
-    struct ivshm_reg_slot *s = ivshm__reg(b, stalled_slot);
-    uint32_t gen = SLOT_GEN(atomic_load(&s->word));
-    finisher = c;
-    ivshm__test_step = finish_during_release;
+    struct ivshm_reg_slot *s = ivshm__reg(*b, stalled_slot);
+    *gen = SLOT_GEN(atomic_load(&s->word));
+    /* killed long ago: its last heartbeat three timeouts old */
+    atomic_store(&s->heartbeat_ns,
+                 ivshm__now_ns() - 3ull * LEASE_MS * 1000000u);
+    overtake_at = at;
+    finisher = *c;
+    finished = 0;
+    ivshm__test_step = overtake;
     ivshm_gc_stats_t gs;
-    ivshm_status_t gst = ivshm_gc(b, &gs);
+    ivshm_status_t gst = ivshm_gc(*b, &gs);
     ivshm__test_step = NULL;
     assert_int_equal(gst, IVSHM_OK);
     assert_null(finisher); /* the step ran */
     assert_non_null(successor);
-    assert_int_equal(successor->slot, stalled_slot); /* the lowest free */
-    /* the stalled collector came back to a slot that is not its own */
-    uint64_t w = atomic_load(&s->word);
-    if (w != SLOT_WORD(gen + 1, SLOT_ALIVE) ||
-        atomic_load(&s->heartbeat_ns) == 0 || s->pid != (uint32_t)getpid())
-        fail_msg("the stalled collector's release overwrote the successor's "
-                 "slot (word %#llx, want %#llx; pid %u)",
-                 (unsigned long long)w,
-                 (unsigned long long)SLOT_WORD(gen + 1, SLOT_ALIVE),
-                 (unsigned)s->pid);
+}
+
+static void close_overtaken(ivshm_region_t *b, ivshm_region_t *c)
+{
     assert_int_equal(ivshm_lease_renew(successor), IVSHM_OK);
     uint64_t off;
     assert_int_equal(ivshm_alloc(successor, chunk_size(successor), &off),
@@ -626,6 +629,48 @@ static void test_stalled_collector_spares_successor(void **state)
     successor = NULL;
     ivshm_region_close(c);
     ivshm_region_close(b);
+}
+
+/* Overtaken after its chunks, before it touched the slot: the other
+ * collector finished the release and the new process holds the slot when
+ * the first goes on. */
+static void test_overtaken_collector_spares_successor(void **state)
+{
+    (void)state;
+    ivshm_region_t *b, *c;
+    uint32_t gen;
+    overtaken_release("slot-release", &b, &c, &gen);
+    assert_int_equal(finished, 1);
+    assert_int_equal(successor->slot, stalled_slot);
+    struct ivshm_reg_slot *s = ivshm__reg(b, stalled_slot);
+    uint64_t w = atomic_load(&s->word);
+    if (w != SLOT_WORD(gen + 1, SLOT_ALIVE) ||
+        atomic_load(&s->heartbeat_ns) == 0 || s->pid != (uint32_t)getpid())
+        fail_msg("the overtaken collector's release wrote over the new "
+                 "owner's slot (word %#llx, want %#llx; heartbeat %llu, "
+                 "pid %u)",
+                 (unsigned long long)w,
+                 (unsigned long long)SLOT_WORD(gen + 1, SLOT_ALIVE),
+                 (unsigned long long)atomic_load(&s->heartbeat_ns),
+                 (unsigned)s->pid);
+    close_overtaken(b, c);
+}
+
+/* Overtaken just before it frees the slot: its heartbeat reads 0 by then,
+ * so no other collector finishes the release, and the new process takes
+ * another slot. */
+static void test_release_past_heartbeat_not_finished(void **state)
+{
+    (void)state;
+    ivshm_region_t *b, *c;
+    uint32_t gen;
+    overtaken_release("slot-free", &b, &c, &gen);
+    assert_int_equal(finished, 0);
+    assert_true(successor->slot != stalled_slot);
+    struct ivshm_reg_slot *s = ivshm__reg(b, stalled_slot);
+    assert_int_equal(atomic_load(&s->word), SLOT_WORD(gen + 1, SLOT_FREE));
+    assert_int_equal(atomic_load(&s->heartbeat_ns), 0);
+    close_overtaken(b, c);
 }
 
 /* ---- the admin's proof: `ivshm gc --force`, and attach's message ---- */
@@ -858,8 +903,10 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_paused_claim_keeps_slot, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_stalled_collector_spares_successor,
-                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_overtaken_collector_spares_successor, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_release_past_heartbeat_not_finished, setup, teardown),
         cmocka_unit_test_setup_teardown(test_late_release_spares_new_owner,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_region_names_doubt, setup,
