@@ -71,6 +71,15 @@ static void copy_str(char *dst, const char *src, size_t n)
     dst[k] = '\0';
 }
 
+void ivshm__proc_info_unknown(ivshm_proc_info_t *p)
+{
+    p->pid = 0;
+    p->vm_id = 0;
+    p->job = 0;
+    p->host[0] = '\0';
+    p->comm[0] = '\0';
+}
+
 ivshm_status_t ivshm_region_proc(ivshm_region_t *r, uint32_t i,
                                  ivshm_proc_info_t *p)
 {
@@ -102,6 +111,8 @@ ivshm_status_t ivshm_region_proc(ivshm_region_t *r, uint32_t i,
     uint64_t tag = OWNER_TAG(OWNER_PROC, i, p->gen);
     for (uint32_t k = 0; k < r->g.chunk_count; k++)
         p->chunks += atomic_load(&ivshm__chunk(r, k)->owner) == tag;
+    if (p->state == SLOT_CLAIMING)
+        ivshm__proc_info_unknown(p); /* maybe still the last life's */
     return IVSHM_OK;
 }
 
@@ -350,12 +361,14 @@ unsigned ivshm__describe_doubts(ivshm_region_t *r, bool holding, char *buf,
         char held[32] = "";
         if (holding)
             snprintf(held, sizeof(held), ", %.1f MiB", mib(r, p.chunks));
+        char who[64] = "a claim not completed"; /* its identity unknown */
+        if (p.state != SLOT_CLAIMING)
+            snprintf(who, sizeof(who), "vm %016llx, pid %u",
+                     (unsigned long long)p.vm_id, p.pid);
         if (n++ < 4 && at < cap)
             at += (size_t)snprintf(buf + at, cap - at,
-                                   "%s slot %u (vm %016llx, pid %u, "
-                                   "heartbeat %lld ms ago%s)",
-                                   n > 1 ? "," : "", i,
-                                   (unsigned long long)p.vm_id, p.pid,
+                                   "%s slot %u (%s, heartbeat %lld ms ago%s)",
+                                   n > 1 ? "," : "", i, who,
                                    (long long)p.heartbeat_age_ms, held);
     }
     return n;

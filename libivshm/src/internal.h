@@ -395,6 +395,10 @@ bool ivshm__lease_counts_heap(struct ivshm_reg_slot *p);
 void ivshm__full_region_cause(ivshm_region_t *r, char *buf, size_t cap);
 /* Appends the leases in doubt (with holding: those that hold chunks, and
  * how much) to buf, at most a few; returns how many there are. */
+/* Blanks the identity of p (pid, VM, jobs, host, command): a claiming
+ * slot's fields may still be the last life's until the claim wrote them
+ * (release_slot writes none). */
+void ivshm__proc_info_unknown(ivshm_proc_info_t *p);
 unsigned ivshm__describe_doubts(ivshm_region_t *r, bool holding, char *buf,
                                 size_t cap);
 

@@ -54,19 +54,21 @@ ivshm_status_t ivshm_attach(ivshm_region_t *r)
  * them at once.
  *
  * Another collector finishes the release of a slot that reads RECLAIMING
- * two lease timeouts after its heartbeat, the owner's last one, which may
- * be long past when the slot was taken: so a collector may find the slot
- * finished, freed and claimed again while it was still releasing it. It
- * must not touch the new owner. Nothing here writes the slot's fields
- * while it may be another's: the claim writes every one of them
- * (ivshm__try_claim) and readers look at them only in live states; only
- * the heartbeat must read 0 in a free slot (a claim's clock starts from
- * it). It is zeroed by a CAS from the value read while the word was still
- * held, so a new owner's stamp is never overwritten, and once it reads 0
- * no other collector finishes the release (it needs a heartbeat). Then
- * the word is freed by a CAS from held: a collector that finds it gone
+ * two lease timeouts after its heartbeat, which every take stamps
+ * (stamp_take): a collector stalled that long (a paused VM) may find the
+ * slot finished, freed and claimed again while it was still releasing it,
+ * and must not touch the new owner. Nothing here writes the slot's fields:
+ * the claim writes every one of them before the slot reads alive
+ * (ivshm__try_claim), and readers take a claiming slot's as unknown
+ * (ivshm_region_proc). Only the heartbeat must read 0 in a free slot (a
+ * claim's clock starts from it). It is zeroed by a CAS from the value read
+ * while the word was still held, so a stamp by whoever took the slot
+ * since (a finisher's take, a new owner) is never overwritten; then the
+ * word is freed by a CAS from held. A collector that finds its word gone
  * stops (its chunk releases are CASes on the old life's tag, which match
- * nothing by then). */
+ * nothing by then). A releaser that stops between the two CASes leaves a
+ * reclaiming slot with no heartbeat: gc starts its clock, as for a claim,
+ * and finishes it two timeouts later. */
 static unsigned release_slot(ivshm_region_t *r, uint32_t i, uint32_t gen,
                              uint64_t held, bool cool)
 {
@@ -84,6 +86,7 @@ static unsigned release_slot(ivshm_region_t *r, uint32_t i, uint32_t gen,
     do {
         if (atomic_load(&s->word) != held)
             return freed; /* finished for us: not ours to touch */
+        IVSHM_TEST_STEP("slot-held");
     } while (!atomic_compare_exchange_strong(&s->heartbeat_ns, &hb, 0));
     IVSHM_TEST_STEP("slot-free");
     /* R2: free with a new generation; stale CASes by the old owner fail. */
@@ -155,6 +158,20 @@ static unsigned sweep_orphans(ivshm_region_t *r)
     return n;
 }
 
+/* Stamps the heartbeat of a slot we took (its word: mine) with the time
+ * of the take, so that another collector finishes our release only after
+ * we stalled for two timeouts, not at once where the owner's last
+ * heartbeat is old. By CAS, and only while the word is still ours: a late
+ * stamp must not land in the next owner's slot. */
+static void stamp_take(struct ivshm_reg_slot *s, uint64_t mine)
+{
+    uint64_t hb = atomic_load(&s->heartbeat_ns);
+    uint64_t now = ivshm__now_ns();
+    while (atomic_load(&s->word) == mine &&
+           !atomic_compare_exchange_strong(&s->heartbeat_ns, &hb, now))
+        ;
+}
+
 /* Takes the slots of leases proven dead and, with force (the admin's
  * proof), of leases in doubt, describing each of those to released. */
 static unsigned reclaim_procs(ivshm_region_t *r, bool force,
@@ -173,18 +190,25 @@ static unsigned reclaim_procs(ivshm_region_t *r, bool force,
             continue;
         if (st == SLOT_RECLAIMING) {
             /* a reclaimer that died mid-way (it had its proof of death
-             * when it took the slot): finish after two timeouts */
+             * when it took the slot): finish two timeouts after its take
+             * (stamp_take). A heartbeat of 0: a releaser between its two
+             * last CASes (release_slot), or one that died there: start
+             * the clock, as for a claim */
             uint64_t hb = atomic_load(&s->heartbeat_ns);
-            if (!hb || now <= hb || now - hb <= 2 * timeout_ns)
+            if (!hb) {
+                atomic_compare_exchange_strong(&s->heartbeat_ns, &hb, now);
+                continue;
+            }
+            if (now <= hb || now - hb <= 2 * timeout_ns)
                 continue;
             /* counted before the generation moves on, which makes the
              * old life read gone to others (K0): release_slot counts too
              * late if we die between the two */
             ivshm__life_ended(r);
-            if (atomic_compare_exchange_strong(
-                    &s->word, &w, SLOT_WORD(gen + 1, SLOT_RECLAIMING))) {
-                stats->chunks_freed += release_slot(
-                    r, i, gen, SLOT_WORD(gen + 1, SLOT_RECLAIMING), true);
+            uint64_t mine = SLOT_WORD(gen + 1, SLOT_RECLAIMING);
+            if (atomic_compare_exchange_strong(&s->word, &w, mine)) {
+                stamp_take(s, mine);
+                stats->chunks_freed += release_slot(r, i, gen, mine, true);
                 n++;
             }
             continue;
@@ -218,10 +242,14 @@ static unsigned reclaim_procs(ivshm_region_t *r, bool force,
             atomic_compare_exchange_strong(&s->word, &mine, w);
             continue;
         }
+        stamp_take(s, SLOT_WORD(gen, SLOT_RECLAIMING));
         if (v == VERDICT_DOUBT && released) {
             ivshm_proc_info_t p;
-            if (ivshm_region_proc(r, i, &p) == IVSHM_OK)
+            if (ivshm_region_proc(r, i, &p) == IVSHM_OK) {
+                if (st == SLOT_CLAIMING)
+                    ivshm__proc_info_unknown(&p); /* as ivshm_region_proc */
                 released(arg, &p);
+            }
         }
         stats->chunks_freed +=
             release_slot(r, i, gen, SLOT_WORD(gen, SLOT_RECLAIMING), true);

@@ -562,14 +562,18 @@ static void test_late_release_spares_new_owner(void **state)
 
 /* ---- a collector overtaken in a release by another ---- */
 
-/* A collector takes the slot of a process killed long ago (its heartbeat
- * older than two lease timeouts), so another collector may finish the
- * release at once, and a new process may claim the slot, while the first
- * is still releasing it. The first must leave the new owner alone. */
+/* A collector takes the slot of a killed process and, while it releases
+ * it, another collector runs gc and a new process attaches (the lowest
+ * free slot). Where the first stalled for two lease timeouts, the other
+ * finishes the release and the new process may take the slot: the first
+ * must leave the new owner alone. */
+
+#define OLD_NS (3ull * LEASE_MS * 1000000u) /* past two timeouts */
 
 static const char *overtake_at;   /* the release step where it happens */
+static bool overtake_stalled;     /* the first stalled two timeouts there */
 static ivshm_region_t *finisher;  /* the other collector */
-static ivshm_region_t *successor; /* then attaches: the lowest free slot */
+static ivshm_region_t *successor; /* the new process */
 static uint32_t stalled_slot;
 static unsigned finished;         /* the other collector's reclaims */
 
@@ -579,46 +583,57 @@ static void overtake(const char *step)
         return;
     ivshm_region_t *f = finisher;
     finisher = NULL;
+    /* a stall ages a stamp; a heartbeat of 0 stays 0 */
+    _Atomic uint64_t *hb = &ivshm__reg(f, stalled_slot)->heartbeat_ns;
+    if (overtake_stalled && atomic_load(hb) != 0)
+        atomic_store(hb, ivshm__now_ns() - OLD_NS);
     ivshm_gc_stats_t gs;
     assert_int_equal(ivshm_gc(f, &gs), IVSHM_OK);
     finished = gs.procs_reclaimed;
     successor = open_as(NULL);
-}
-
-/* The collector b releases the dead child's slot 0 (generation gen) and
- * meets the other collector and the new process at step `at`. */
-static void overtaken_release(const char *at, ivshm_region_t **b,
-                              ivshm_region_t **c, uint32_t *gen)
-{
-    struct holding h;
-    pid_t dead = killed_holding(&h);
-    *b = open_as(NULL);
-    *c = open_as(NULL);
-    assert_non_null(*b);
-    assert_non_null(*c);
-    stalled_slot = (*b)->g.reg_slots;
-    for (uint32_t i = 0; i < (*b)->g.reg_slots; i++)
-        if (ivshm__reg(*b, i)->pid == (uint32_t)dead)
-            stalled_slot = i;
-    assert_int_equal(stalled_slot, 0); /* the first claim */
-    struct ivshm_reg_slot *s = ivshm__reg(*b, stalled_slot);
-    *gen = SLOT_GEN(atomic_load(&s->word));
-    /* killed long ago: its last heartbeat three timeouts old */
-    atomic_store(&s->heartbeat_ns,
-                 ivshm__now_ns() - 3ull * LEASE_MS * 1000000u);
-    overtake_at = at;
-    finisher = *c;
-    finished = 0;
-    ivshm__test_step = overtake;
-    ivshm_gc_stats_t gs;
-    ivshm_status_t gst = ivshm_gc(*b, &gs);
-    ivshm__test_step = NULL;
-    assert_int_equal(gst, IVSHM_OK);
-    assert_null(finisher); /* the step ran */
     assert_non_null(successor);
 }
 
-static void close_overtaken(ivshm_region_t *b, ivshm_region_t *c)
+struct overtaken {
+    ivshm_region_t *b, *c;    /* the first collector, the other */
+    struct ivshm_reg_slot *s; /* the slot released */
+    uint32_t gen;             /* its owner's generation */
+};
+
+/* The dead child's slot 0 (its owner killed long ago: its last heartbeat
+ * old) released by b, overtaken at step `at`. */
+static struct overtaken overtaken_release(const char *at, bool stalled)
+{
+    struct overtaken o;
+    struct holding h;
+    pid_t dead = killed_holding(&h);
+    o.b = open_as(NULL);
+    o.c = open_as(NULL);
+    assert_non_null(o.b);
+    assert_non_null(o.c);
+    stalled_slot = o.b->g.reg_slots;
+    for (uint32_t i = 0; i < o.b->g.reg_slots; i++)
+        if (ivshm__reg(o.b, i)->pid == (uint32_t)dead)
+            stalled_slot = i;
+    assert_int_equal(stalled_slot, 0); /* the first claim */
+    o.s = ivshm__reg(o.b, stalled_slot);
+    o.gen = SLOT_GEN(atomic_load(&o.s->word));
+    atomic_store(&o.s->heartbeat_ns, ivshm__now_ns() - OLD_NS);
+    overtake_at = at;
+    overtake_stalled = stalled;
+    finisher = o.c;
+    finished = 0;
+    ivshm__test_step = overtake;
+    ivshm_gc_stats_t gs;
+    ivshm_status_t gst = ivshm_gc(o.b, &gs);
+    ivshm__test_step = NULL;
+    assert_int_equal(gst, IVSHM_OK);
+    assert_null(finisher); /* the step ran */
+    return o;
+}
+
+/* The new process holds its lease and memory; all closed. */
+static void close_overtaken(struct overtaken *o)
 {
     assert_int_equal(ivshm_lease_renew(successor), IVSHM_OK);
     uint64_t off;
@@ -627,50 +642,94 @@ static void close_overtaken(ivshm_region_t *b, ivshm_region_t *c)
     assert_int_equal(ivshm_free(successor, off), IVSHM_OK);
     ivshm_region_close(successor);
     successor = NULL;
-    ivshm_region_close(c);
-    ivshm_region_close(b);
+    ivshm_region_close(o->c);
+    ivshm_region_close(o->b);
 }
 
-/* Overtaken after its chunks, before it touched the slot: the other
- * collector finished the release and the new process holds the slot when
- * the first goes on. */
-static void test_overtaken_collector_spares_successor(void **state)
+/* Overtaken after a stall at step `at`: the other collector finished the
+ * release, the new process took the slot, and the first went on. */
+static void overtaken_spares_successor(const char *at)
 {
-    (void)state;
-    ivshm_region_t *b, *c;
-    uint32_t gen;
-    overtaken_release("slot-release", &b, &c, &gen);
+    struct overtaken o = overtaken_release(at, true);
     assert_int_equal(finished, 1);
     assert_int_equal(successor->slot, stalled_slot);
-    struct ivshm_reg_slot *s = ivshm__reg(b, stalled_slot);
-    uint64_t w = atomic_load(&s->word);
-    if (w != SLOT_WORD(gen + 1, SLOT_ALIVE) ||
-        atomic_load(&s->heartbeat_ns) == 0 || s->pid != (uint32_t)getpid())
-        fail_msg("the overtaken collector's release wrote over the new "
-                 "owner's slot (word %#llx, want %#llx; heartbeat %llu, "
+    uint64_t w = atomic_load(&o.s->word);
+    if (w != SLOT_WORD(o.gen + 1, SLOT_ALIVE) ||
+        atomic_load(&o.s->heartbeat_ns) == 0 ||
+        o.s->pid != (uint32_t)getpid())
+        fail_msg("the overtaken collector's release (at %s) wrote over the "
+                 "new owner's slot (word %#llx, want %#llx; heartbeat %llu, "
                  "pid %u)",
-                 (unsigned long long)w,
-                 (unsigned long long)SLOT_WORD(gen + 1, SLOT_ALIVE),
-                 (unsigned long long)atomic_load(&s->heartbeat_ns),
-                 (unsigned)s->pid);
-    close_overtaken(b, c);
+                 at, (unsigned long long)w,
+                 (unsigned long long)SLOT_WORD(o.gen + 1, SLOT_ALIVE),
+                 (unsigned long long)atomic_load(&o.s->heartbeat_ns),
+                 (unsigned)o.s->pid);
+    close_overtaken(&o);
 }
 
-/* Overtaken just before it frees the slot: its heartbeat reads 0 by then,
- * so no other collector finishes the release, and the new process takes
- * another slot. */
+/* after its chunks, before it read the heartbeat */
+static void test_overtaken_after_chunks(void **state)
+{
+    (void)state;
+    overtaken_spares_successor("slot-release");
+}
+
+/* after its check of the word, before its CAS of the heartbeat */
+static void test_overtaken_before_heartbeat(void **state)
+{
+    (void)state;
+    overtaken_spares_successor("slot-held");
+}
+
+/* The take stamps the heartbeat: though the owner's last one is old, the
+ * other collector does not finish a release that did not stall. */
+static void test_take_stamps_heartbeat(void **state)
+{
+    (void)state;
+    struct overtaken o = overtaken_release("slot-release", false);
+    assert_int_equal(finished, 0);
+    assert_true(successor->slot != stalled_slot);
+    assert_int_equal(atomic_load(&o.s->word), SLOT_WORD(o.gen + 1, SLOT_FREE));
+    close_overtaken(&o);
+}
+
+/* Past its heartbeat's zero, however long it stalls, no other collector
+ * finishes the release (it starts the clock, as for a claim), and the
+ * first frees the slot. */
 static void test_release_past_heartbeat_not_finished(void **state)
 {
     (void)state;
-    ivshm_region_t *b, *c;
-    uint32_t gen;
-    overtaken_release("slot-free", &b, &c, &gen);
+    struct overtaken o = overtaken_release("slot-free", true);
     assert_int_equal(finished, 0);
     assert_true(successor->slot != stalled_slot);
-    struct ivshm_reg_slot *s = ivshm__reg(b, stalled_slot);
+    assert_int_equal(atomic_load(&o.s->word), SLOT_WORD(o.gen + 1, SLOT_FREE));
+    close_overtaken(&o);
+}
+
+/* A releaser that died between its heartbeat's zero and its free: gc
+ * starts the slot's clock and finishes it two timeouts later. */
+static void test_release_died_past_heartbeat(void **state)
+{
+    (void)state;
+    struct holding h;
+    killed_holding(&h);
+    ivshm_region_t *b = open_as(NULL);
+    assert_non_null(b);
+    struct ivshm_reg_slot *s = ivshm__reg(b, 0); /* the first claim */
+    uint64_t w = atomic_load(&s->word);
+    assert_int_equal(SLOT_STATE(w), SLOT_ALIVE);
+    uint32_t gen = SLOT_GEN(w);
+    atomic_store(&s->word, SLOT_WORD(gen, SLOT_RECLAIMING));
+    atomic_store(&s->heartbeat_ns, 0);
+    ivshm_gc_stats_t gs;
+    assert_int_equal(ivshm_gc(b, &gs), IVSHM_OK);
+    assert_int_equal(gs.procs_reclaimed, 0);
+    assert_true(atomic_load(&s->heartbeat_ns) != 0); /* the clock */
+    atomic_store(&s->heartbeat_ns, ivshm__now_ns() - OLD_NS);
+    assert_int_equal(ivshm_gc(b, &gs), IVSHM_OK);
+    assert_int_equal(gs.procs_reclaimed, 1);
     assert_int_equal(atomic_load(&s->word), SLOT_WORD(gen + 1, SLOT_FREE));
-    assert_int_equal(atomic_load(&s->heartbeat_ns), 0);
-    close_overtaken(b, c);
+    ivshm_region_close(b);
 }
 
 /* ---- the admin's proof: `ivshm gc --force`, and attach's message ---- */
@@ -903,10 +962,16 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_paused_claim_keeps_slot, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(
-            test_overtaken_collector_spares_successor, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_overtaken_after_chunks, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_overtaken_before_heartbeat, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_take_stamps_heartbeat, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(
             test_release_past_heartbeat_not_finished, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_died_past_heartbeat,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_late_release_spares_new_owner,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_region_names_doubt, setup,
