@@ -236,7 +236,8 @@ ivshm_status_t ivshm__fail_errno(int err, const char *what, const char *path);
 /* Fault-injection seam for the tests (tests/mp/test_chan_faults.c): called
  * with the name of the step a process is at (claim, lend, publish, grant,
  * ack, create, destroy, renew, job-claim, job-reclaim, attach-claim,
- * chunk-release, slot-release, slot-free); NULL in production. */
+ * chunk-release, slot-release, slot-held, slot-free); NULL in
+ * production. */
 extern void (*ivshm__test_step)(const char *step);
 #define IVSHM_TEST_STEP(name)                                                \
     do {                                                                     \
@@ -393,12 +394,12 @@ bool ivshm__lease_counts_heap(struct ivshm_reg_slot *p);
  * leases in doubt that hold chunks, and what to do about each; nothing
  * when neither holds any. */
 void ivshm__full_region_cause(ivshm_region_t *r, char *buf, size_t cap);
-/* Appends the leases in doubt (with holding: those that hold chunks, and
- * how much) to buf, at most a few; returns how many there are. */
 /* Blanks the identity of p (pid, VM, jobs, host, command): a claiming
  * slot's fields may still be the last life's until the claim wrote them
  * (release_slot writes none). */
 void ivshm__proc_info_unknown(ivshm_proc_info_t *p);
+/* Appends the leases in doubt (with holding: those that hold chunks, and
+ * how much) to buf, at most a few; returns how many there are. */
 unsigned ivshm__describe_doubts(ivshm_region_t *r, bool holding, char *buf,
                                 size_t cap);
 

@@ -45,6 +45,20 @@ ivshm_status_t ivshm_attach(ivshm_region_t *r)
                        r->g.reg_slots, r->uri);
 }
 
+/* Stamps the heartbeat of a slot we took (its word: mine) with the time
+ * of the take, so that another collector finishes our release only after
+ * we stalled for two timeouts, not at once where the owner's last
+ * heartbeat is old. By CAS, and only while the word is still ours: a late
+ * stamp must not land in the next owner's slot. */
+static void stamp_take(struct ivshm_reg_slot *s, uint64_t mine)
+{
+    uint64_t hb = atomic_load(&s->heartbeat_ns);
+    uint64_t now = ivshm__now_ns();
+    while (atomic_load(&s->word) == mine &&
+           !atomic_compare_exchange_strong(&s->heartbeat_ns, &hb, now))
+        ;
+}
+
 /* Frees what the slot's life gen owns and releases the slot with a new
  * generation. The caller holds the slot in RECLAIMING: its word is held
  * (the life's own word, or the next generation's where the release of a
@@ -68,7 +82,9 @@ ivshm_status_t ivshm_attach(ivshm_region_t *r)
  * stops (its chunk releases are CASes on the old life's tag, which match
  * nothing by then). A releaser that stops between the two CASes leaves a
  * reclaiming slot with no heartbeat: gc starts its clock, as for a claim,
- * and finishes it two timeouts later. */
+ * and finishes it two timeouts later; where the releaser was only slow,
+ * that clock stays in the free slot, and the next claim restarts it
+ * (ivshm__try_claim). */
 static unsigned release_slot(ivshm_region_t *r, uint32_t i, uint32_t gen,
                              uint64_t held, bool cool)
 {
@@ -114,6 +130,7 @@ ivshm_status_t ivshm_detach(ivshm_region_t *r)
         return ivshm__fail(IVSHM_ERR_LEASE_LOST,
                            "registry slot %u was reclaimed before detach",
                            r->slot);
+    stamp_take(s, SLOT_WORD(r->gen, SLOT_RECLAIMING));
     release_slot(r, r->slot, r->gen, SLOT_WORD(r->gen, SLOT_RECLAIMING),
                  false);
     unsigned chunks = 0;
@@ -156,20 +173,6 @@ static unsigned sweep_orphans(ivshm_region_t *r)
         n += ivshm__release_chunk(k, t, OWNER_KIND(t) == OWNER_PROC ? cool : 0);
     }
     return n;
-}
-
-/* Stamps the heartbeat of a slot we took (its word: mine) with the time
- * of the take, so that another collector finishes our release only after
- * we stalled for two timeouts, not at once where the owner's last
- * heartbeat is old. By CAS, and only while the word is still ours: a late
- * stamp must not land in the next owner's slot. */
-static void stamp_take(struct ivshm_reg_slot *s, uint64_t mine)
-{
-    uint64_t hb = atomic_load(&s->heartbeat_ns);
-    uint64_t now = ivshm__now_ns();
-    while (atomic_load(&s->word) == mine &&
-           !atomic_compare_exchange_strong(&s->heartbeat_ns, &hb, now))
-        ;
 }
 
 /* Takes the slots of leases proven dead and, with force (the admin's
@@ -248,6 +251,8 @@ static unsigned reclaim_procs(ivshm_region_t *r, bool force,
             if (ivshm_region_proc(r, i, &p) == IVSHM_OK) {
                 if (st == SLOT_CLAIMING)
                     ivshm__proc_info_unknown(&p); /* as ivshm_region_proc */
+                /* the owner's heartbeat, as L1 read it, not our stamp */
+                p.heartbeat_age_ms = hb ? (int64_t)(now - hb) / 1000000 : -1;
                 released(arg, &p);
             }
         }

@@ -152,10 +152,17 @@ ivshm_status_t ivshm__try_claim(ivshm_region_t *r)
         if (SLOT_STATE(w) != SLOT_FREE)
             continue;
         uint32_t gen = SLOT_GEN(w);
+        uint64_t hb = atomic_load(&s->heartbeat_ns);
         /* R0: the CAS makes the slot ours; the generation came with it. */
         if (!atomic_compare_exchange_strong(&s->word, &w,
                                             SLOT_WORD(gen, SLOT_CLAIMING)))
             continue;
+        /* the claim's clock starts now: a free slot's heartbeat may be a
+         * clock a gc started for its release (release_slot). By CAS from
+         * what it read before R0: a stamp by whoever took the slot since
+         * stays (a gc that started the clock, or the next claim) */
+        atomic_compare_exchange_strong(&s->heartbeat_ns, &hb,
+                                       ivshm__now_ns());
         IVSHM_TEST_STEP("attach-claim");
         s->vm_id = r->vm_id;
         s->pid = d.pid;

@@ -568,7 +568,11 @@ static void test_late_release_spares_new_owner(void **state)
  * finishes the release and the new process may take the slot: the first
  * must leave the new owner alone. */
 
-#define OLD_NS (3ull * LEASE_MS * 1000000u) /* past two timeouts */
+/* A heartbeat past two of r's lease timeouts. */
+static uint64_t old_stamp(const ivshm_region_t *r)
+{
+    return ivshm__now_ns() - 3ull * r->g.lease_timeout_ms * 1000000u;
+}
 
 static const char *overtake_at;   /* the release step where it happens */
 static bool overtake_stalled;     /* the first stalled two timeouts there */
@@ -586,7 +590,7 @@ static void overtake(const char *step)
     /* a stall ages a stamp; a heartbeat of 0 stays 0 */
     _Atomic uint64_t *hb = &ivshm__reg(f, stalled_slot)->heartbeat_ns;
     if (overtake_stalled && atomic_load(hb) != 0)
-        atomic_store(hb, ivshm__now_ns() - OLD_NS);
+        atomic_store(hb, old_stamp(f));
     ivshm_gc_stats_t gs;
     assert_int_equal(ivshm_gc(f, &gs), IVSHM_OK);
     finished = gs.procs_reclaimed;
@@ -618,7 +622,7 @@ static struct overtaken overtaken_release(const char *at, bool stalled)
     assert_int_equal(stalled_slot, 0); /* the first claim */
     o.s = ivshm__reg(o.b, stalled_slot);
     o.gen = SLOT_GEN(atomic_load(&o.s->word));
-    atomic_store(&o.s->heartbeat_ns, ivshm__now_ns() - OLD_NS);
+    atomic_store(&o.s->heartbeat_ns, old_stamp(o.b));
     overtake_at = at;
     overtake_stalled = stalled;
     finisher = o.c;
@@ -682,7 +686,9 @@ static void test_overtaken_before_heartbeat(void **state)
 }
 
 /* The take stamps the heartbeat: though the owner's last one is old, the
- * other collector does not finish a release that did not stall. */
+ * other collector does not finish a release that did not stall (a lease
+ * of 10 s: the release surely takes less than two, even on a loaded
+ * machine). */
 static void test_take_stamps_heartbeat(void **state)
 {
     (void)state;
@@ -693,9 +699,9 @@ static void test_take_stamps_heartbeat(void **state)
     close_overtaken(&o);
 }
 
-/* Past its heartbeat's zero, however long it stalls, no other collector
- * finishes the release (it starts the clock, as for a claim), and the
- * first frees the slot. */
+/* Past its heartbeat's zero no other collector finishes the release at
+ * once (it starts the clock, as for a claim, and would finish two
+ * timeouts later), and the first frees the slot. */
 static void test_release_past_heartbeat_not_finished(void **state)
 {
     (void)state;
@@ -704,6 +710,43 @@ static void test_release_past_heartbeat_not_finished(void **state)
     assert_true(successor->slot != stalled_slot);
     assert_int_equal(atomic_load(&o.s->word), SLOT_WORD(o.gen + 1, SLOT_FREE));
     close_overtaken(&o);
+}
+
+/* A claim starts its own clock: a free slot's heartbeat may be a clock a
+ * gc started for its release, long ago. */
+static uint64_t claim_age_ms = UINT64_MAX;
+static ivshm_region_t *claim_watch;
+
+static void watch_claim(const char *step)
+{
+    if (strcmp(step, "attach-claim") != 0 || !claim_watch)
+        return;
+    uint64_t hb = atomic_load(&ivshm__reg(claim_watch, 1)->heartbeat_ns);
+    claim_age_ms = (ivshm__now_ns() - hb) / 1000000u;
+    claim_watch = NULL;
+}
+
+static void test_claim_starts_clock(void **state)
+{
+    (void)state;
+    ivshm_region_t *b = open_as(NULL); /* slot 0 */
+    assert_non_null(b);
+    struct ivshm_reg_slot *s = ivshm__reg(b, 1);
+    assert_int_equal(SLOT_STATE(atomic_load(&s->word)), SLOT_FREE);
+    atomic_store(&s->heartbeat_ns, old_stamp(b)); /* a clock left behind */
+    claim_watch = b;
+    ivshm__test_step = watch_claim;
+    ivshm_region_t *c = open_as(NULL); /* slot 1 */
+    ivshm__test_step = NULL;
+    assert_non_null(c);
+    assert_null(claim_watch); /* the step ran */
+    assert_int_equal(c->slot, 1);
+    if (claim_age_ms >= LEASE_MS)
+        fail_msg("a claim past its R0 read a heartbeat %llu ms old: it is "
+                 "in doubt before it could stamp it",
+                 (unsigned long long)claim_age_ms);
+    ivshm_region_close(c);
+    ivshm_region_close(b);
 }
 
 /* A releaser that died between its heartbeat's zero and its free: gc
@@ -725,7 +768,7 @@ static void test_release_died_past_heartbeat(void **state)
     assert_int_equal(ivshm_gc(b, &gs), IVSHM_OK);
     assert_int_equal(gs.procs_reclaimed, 0);
     assert_true(atomic_load(&s->heartbeat_ns) != 0); /* the clock */
-    atomic_store(&s->heartbeat_ns, ivshm__now_ns() - OLD_NS);
+    atomic_store(&s->heartbeat_ns, old_stamp(b));
     assert_int_equal(ivshm_gc(b, &gs), IVSHM_OK);
     assert_int_equal(gs.procs_reclaimed, 1);
     assert_int_equal(atomic_load(&s->word), SLOT_WORD(gen + 1, SLOT_FREE));
@@ -780,9 +823,15 @@ static void test_gc_force_releases_doubt(void **state)
              "released lease in doubt: slot %u, vm %016llx, pid %u, "
              "heartbeat ",
              h.id.slot, (unsigned long long)h.id.vm_id, h.id.pid);
-    if (!strstr(out, want))
+    const char *at = strstr(out, want);
+    if (!at)
         fail_msg("gc --force did not name the lease it released (%s):\n%s",
                  want, out);
+    /* the owner's heartbeat's age, not that of the collector's stamp */
+    long long age = strtoll(at + strlen(want), NULL, 10);
+    if (age < (long long)LEASE_MS)
+        fail_msg("gc --force reported heartbeat %lld ms ago, not the "
+                 "owner's (more than %u ms):\n%s", age, LEASE_MS, out);
     ivshm_region_t *b = open_as("vm-b");
     assert_non_null(b);
     assert_int_equal(ivshm_region_owned(b, &h.id, h.off, h.len),
@@ -966,12 +1015,14 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_overtaken_before_heartbeat, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_take_stamps_heartbeat, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_take_stamps_heartbeat,
+                                        setup_cool, teardown),
         cmocka_unit_test_setup_teardown(
             test_release_past_heartbeat_not_finished, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_died_past_heartbeat,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_starts_clock, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_late_release_spares_new_owner,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_region_names_doubt, setup,
