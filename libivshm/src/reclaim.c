@@ -219,8 +219,9 @@ static unsigned reclaim_procs(ivshm_region_t *r, bool force,
         if (st != SLOT_ALIVE && st != SLOT_CLAIMING)
             continue;
         if (atomic_load(&s->heartbeat_ns) == 0) {
-            /* Claimed but not yet stamped: start the clock now so that a
-             * claimer that died here expires one timeout later. */
+            /* Claimed but not yet stamped (between a claim's R0 and its
+             * stamp; a region of an older library): start the clock now
+             * so that a claimer that died here expires one timeout later. */
             uint64_t zero = 0;
             atomic_compare_exchange_strong(&s->heartbeat_ns, &zero, now);
             continue;
