@@ -74,9 +74,9 @@ static void stamp_take(struct ivshm_reg_slot *s, uint64_t mine)
  * and must not touch the new owner. Nothing here writes the slot's fields:
  * the claim writes every one of them before the slot reads alive
  * (ivshm__try_claim), and readers take a claiming slot's as unknown
- * (ivshm_region_proc). Only the heartbeat must read 0 in a free slot (a
- * claim's clock starts from it). It is zeroed by a CAS from the value read
- * while the word was still held, so a stamp by whoever took the slot
+ * (ivshm_region_proc). The heartbeat is zeroed, so that no other
+ * collector finishes the release from here on, by a CAS from the value
+ * read while the word was still held, so a stamp by whoever took the slot
  * since (a finisher's take, a new owner) is never overwritten; then the
  * word is freed by a CAS from held. A collector that finds its word gone
  * stops (its chunk releases are CASes on the old life's tag, which match

@@ -687,6 +687,18 @@ static void test_overtaken_before_heartbeat(void **state)
     overtaken_spares_successor("slot-held");
 }
 
+/* Met at step `at` (after a stall, or none), the other collector did not
+ * finish the release: the new process took another slot, and the first
+ * collector freed its own. */
+static void overtake_not_finished(const char *at, bool stalled)
+{
+    struct overtaken o = overtaken_release(at, stalled);
+    assert_int_equal(finished, 0);
+    assert_true(successor->slot != stalled_slot);
+    assert_int_equal(atomic_load(&o.s->word), SLOT_WORD(o.gen + 1, SLOT_FREE));
+    close_overtaken(&o);
+}
+
 /* The take stamps the heartbeat: though the owner's last one is old, the
  * other collector does not finish a release that did not stall (a lease
  * of 10 s: the release surely takes less than two, even on a loaded
@@ -694,11 +706,7 @@ static void test_overtaken_before_heartbeat(void **state)
 static void test_take_stamps_heartbeat(void **state)
 {
     (void)state;
-    struct overtaken o = overtaken_release("slot-release", false);
-    assert_int_equal(finished, 0);
-    assert_true(successor->slot != stalled_slot);
-    assert_int_equal(atomic_load(&o.s->word), SLOT_WORD(o.gen + 1, SLOT_FREE));
-    close_overtaken(&o);
+    overtake_not_finished("slot-release", false);
 }
 
 /* Past its heartbeat's zero no other collector finishes the release at
@@ -707,11 +715,7 @@ static void test_take_stamps_heartbeat(void **state)
 static void test_release_past_heartbeat_not_finished(void **state)
 {
     (void)state;
-    struct overtaken o = overtaken_release("slot-free", true);
-    assert_int_equal(finished, 0);
-    assert_true(successor->slot != stalled_slot);
-    assert_int_equal(atomic_load(&o.s->word), SLOT_WORD(o.gen + 1, SLOT_FREE));
-    close_overtaken(&o);
+    overtake_not_finished("slot-free", true);
 }
 
 /* A claim starts its own clock: a free slot's heartbeat may be a clock a
