@@ -226,6 +226,11 @@ void ivshm_ep_set_event_handler(ivshm_ep_t *ep, ivshm_event_handler_t h,
     ep->earg = arg;
 }
 
+void ivshm_ep_set_whole_handler(ivshm_ep_t *ep, ivshm_whole_handler_t h)
+{
+    ep->whole = h;
+}
+
 void ivshm_ep_set_notifier(ivshm_ep_t *ep, const ivshm_notifier_t *n)
 {
     ep->notifier = *n;

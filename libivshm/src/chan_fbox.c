@@ -271,10 +271,14 @@ int ivshm__fbox_poll_usual(ivshm_ep_t *ep, int budget)
     if (!p || !p->rx_fbox || p->dead)
         return -1;
     int n = 0;
-    uint64_t w;
-    while (n < budget && ivshm__fbox_head_entry(p, &w)) {
+    while (n < budget && !p->rx_fbox_bad) {
+        /* ivshm__fbox_head_entry and usual_entry in one compare */
         uint32_t off = p->rx_fbox_off;
-        uint32_t size = usual_entry(p, w) ? msg_entry_size(ep, w, off) : 0;
+        uint64_t w = atomic_load_explicit(
+            (_Atomic uint64_t *)(p->rx_fbox + off), memory_order_acquire);
+        uint32_t size = (w & FBOX_USUAL_MASK) == ivshm__fbox_usual_word(p)
+                            ? msg_entry_size(ep, w, off)
+                            : 0;
         if (!size)
             break; /* the whole pass takes it */
         ivshm__hand_over_msg(ep, p, idx, w, p->rx_fbox + off + 8);

@@ -217,6 +217,7 @@ struct ivshm_ep {
     uint32_t frag_next;
     uint64_t frag_check_ns; /* last look for fragments of gone peers */
     ivshm_msg_handler_t handler;
+    ivshm_whole_handler_t whole; /* whole messages, where set */
     void *harg;
     ivshm_event_handler_t ev;
     void *earg;
@@ -420,6 +421,15 @@ static inline bool ivshm__fbox_head_entry(const struct peer *p, uint64_t *w)
     *w = v;
     return FBOX_KIND(v) && FBOX_SEQ(v) == (uint16_t)(p->rx_fbox_seq + 1);
 }
+/* The fields of an entry's word that tell the usual entry (chan_fbox.c,
+ * ivshm__fbox_poll_usual): its seq, its kind and the pair's sequence. */
+#define FBOX_USUAL_MASK FBOX_WORD(0xffff, 0xff, 0, 0, 0xffff)
+/* Those fields of the usual entry at the head of p's box: the box's next
+ * entry, a message, the pair's next piece. */
+static inline uint64_t ivshm__fbox_usual_word(const struct peer *p)
+{
+    return FBOX_WORD(p->rx_fbox_seq + 1, FBOX_MSG, 0, 0, p->pseq_in);
+}
 /* Nothing to do in any fast box: none has a published cell at its head
  * or bytes read that its tail does not release yet, none belongs to a
  * sender that died. Inline, as ivshm__fifo_idle. */
@@ -450,15 +460,18 @@ void ivshm__frag_reclaim(ivshm_ep_t *ep, uint32_t idx);
 void ivshm__frag_linger(ivshm_ep_t *ep);
 
 /* chan_deliver.c */
-/* The piece takes its place in the pair's order and goes to the handler
- * (inline: a fast box's poll hands over its usual entry itself). */
+/* The piece takes its place in the pair's order and goes to the handler:
+ * a whole message to the whole handler where one is set (inline: a fast
+ * box's poll hands over its usual entry itself). */
 static inline void ivshm__hand_over(ivshm_ep_t *ep, struct peer *p,
                                     const ivshm_msg_t *m)
 {
     p->pseq_in++;
     p->rx_held = false;
     ep->in_handler = true;
-    if (ep->handler)
+    if (ep->whole && m->offset == 0 && m->total == m->len)
+        ep->whole(ep->harg, m->sender, m->tag, m->data, m->len);
+    else if (ep->handler)
         ep->handler(ep->harg, m);
     ep->in_handler = false;
 }
@@ -480,15 +493,23 @@ static inline void ivshm__hand_over_msg(ivshm_ep_t *ep, struct peer *p,
                                         const char *data)
 {
     uint32_t len = FBOX_LEN(w);
-    ivshm_msg_t m = {.sender = idx,
-                     .tag = FBOX_TAG(w),
-                     .len = len,
-                     .offset = 0,
-                     .total = len,
-                     .data = data};
     if (len > 56) /* more than the entry's first line may hold */
         ivshm__prefetch_payload(data, len);
-    ivshm__hand_over(ep, p, &m);
+    if (ep->whole) { /* the usual receiver: no descriptor to build */
+        p->pseq_in++;
+        p->rx_held = false;
+        ep->in_handler = true;
+        ep->whole(ep->harg, idx, FBOX_TAG(w), data, len);
+        ep->in_handler = false;
+    } else {
+        ivshm_msg_t m = {.sender = idx,
+                         .tag = FBOX_TAG(w),
+                         .len = len,
+                         .offset = 0,
+                         .total = len,
+                         .data = data};
+        ivshm__hand_over(ep, p, &m);
+    }
     ep->st.msgs_in++;
     ep->st.bytes_in += len;
 }

@@ -323,6 +323,7 @@ int mca_btl_ivshmem_setup(void)
     if (st != IVSHM_OK)
         return step_aside(st, "cannot create the channel endpoint");
     ivshm_ep_set_event_handler(c->ep, mca_btl_ivshmem_event, NULL);
+    ivshm_ep_set_whole_handler(c->ep, mca_btl_ivshmem_recv_whole);
     c->npeers = nprocs;
     c->peers = calloc(nprocs, sizeof(*c->peers));
     c->seen = calloc(nprocs, 1);

@@ -217,21 +217,38 @@ void mca_btl_ivshmem_event(void *arg, int kind, uint32_t peer)
 }
 
 /* A piece from a peer: its tag and length are untrusted; the callback sees
- * a descriptor whose one segment points at the data in the region. */
+ * a descriptor whose one segment points at the data in the region. The
+ * channel hands whole messages to mca_btl_ivshmem_recv_whole, so this one
+ * sees only pieces of longer messages, which our sends never make: each
+ * is dropped and counted. */
 void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m)
 {
-    (void)arg;
     void *slot;
     if (!ivshmem_rx_accept(m, MCA_BTL_TAG_MAX,
                            (void *const *)IVSHMEM_COMPONENT->peers,
                            IVSHMEM_COMPONENT->npeers,
                            IVSHMEM_COMPONENT->rx_dropped, &slot))
         return; /* not something our sends produce: counted */
+    mca_btl_ivshmem_recv_whole(arg, m->sender, m->tag, m->data, m->len);
+}
+
+/* A whole message, the usual one: the channel passes its fields, no
+ * descriptor of the piece (docs/channels.md, "The receive glue"). */
+void mca_btl_ivshmem_recv_whole(void *arg, uint32_t sender, uint32_t tag,
+                                const void *data, uint32_t len)
+{
+    (void)arg;
+    void *slot;
+    if (!ivshmem_rx_accept_whole(sender, tag, MCA_BTL_TAG_MAX,
+                                 (void *const *)IVSHMEM_COMPONENT->peers,
+                                 IVSHMEM_COMPONENT->npeers,
+                                 IVSHMEM_COMPONENT->rx_dropped, &slot))
+        return; /* not something our sends produce: counted */
     struct mca_btl_base_endpoint_t *ep = slot;
     if (ep)
-        IVSHMEM_COUNT(ep, recvs, bytes_in, m->len);
+        IVSHMEM_COUNT(ep, recvs, bytes_in, len);
     mca_btl_ivshmem_deliver(&mca_btl_ivshmem_module.super, ep,
-                            (mca_btl_base_tag_t)m->tag, (void *)m->data, m->len);
+                            (mca_btl_base_tag_t)tag, (void *)data, len);
 }
 
 /* ---- MPI_THREAD_MULTIPLE ----

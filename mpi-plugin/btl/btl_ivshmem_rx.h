@@ -23,29 +23,44 @@ enum ivshmem_rx_drop {
     IVSHMEM_RX_NDROP
 };
 
-/* True if the piece is to be delivered; *slot is then its sender's entry
- * of the peer table (NULL for a rank add_procs has not shown us yet: its
+/* True if a whole message (the channel's whole handler) of this sender
+ * and tag is to be delivered; *slot is then its sender's entry of the
+ * peer table (NULL for a rank add_procs has not shown us yet: its
  * messages are delivered, ob1 finds the rank in its own header).
- * Otherwise the drop is counted in dropped[reason]. The same loads and
- * branches as the checks had inline. */
+ * Otherwise the drop is counted in dropped[reason]. */
+static inline bool ivshmem_rx_accept_whole(uint32_t sender, uint32_t tag,
+                                           uint32_t tag_max,
+                                           void *const *peers,
+                                           uint32_t npeers,
+                                           uint64_t dropped[IVSHMEM_RX_NDROP],
+                                           void **slot)
+{
+    enum ivshmem_rx_drop why;
+    if (tag >= tag_max)
+        why = IVSHMEM_RX_BAD_TAG;
+    else if (sender >= npeers)
+        why = IVSHMEM_RX_UNKNOWN_SENDER;
+    else {
+        *slot = peers[sender];
+        return true;
+    }
+    dropped[why]++;
+    return false;
+}
+
+/* The same for any piece: one that is not a whole message is dropped
+ * (our sends never split one); a bad tag is reported first. */
 static inline bool ivshmem_rx_accept(const ivshm_msg_t *m, uint32_t tag_max,
                                      void *const *peers, uint32_t npeers,
                                      uint64_t dropped[IVSHMEM_RX_NDROP],
                                      void **slot)
 {
-    enum ivshmem_rx_drop why;
-    if (m->tag >= tag_max)
-        why = IVSHMEM_RX_BAD_TAG;
-    else if (m->offset != 0 || m->len != m->total)
-        why = IVSHMEM_RX_BAD_LENGTH;
-    else if (m->sender >= npeers)
-        why = IVSHMEM_RX_UNKNOWN_SENDER;
-    else {
-        *slot = peers[m->sender];
-        return true;
+    if (m->tag < tag_max && (m->offset != 0 || m->len != m->total)) {
+        dropped[IVSHMEM_RX_BAD_LENGTH]++;
+        return false;
     }
-    dropped[why]++;
-    return false;
+    return ivshmem_rx_accept_whole(m->sender, m->tag, tag_max, peers, npeers,
+                                   dropped, slot);
 }
 
 #endif

@@ -47,25 +47,36 @@ static uct_iface_internal_ops_t uct_ivshmem_iface_internal_ops =
  * parses it, so it is copied out first, and only a whole message (the
  * channel cuts nothing we send: bcopy is bounded by one fragment) with an
  * active-message id UCX knows is delivered. */
-static void uct_ivshmem_iface_rx(void *arg, const ivshm_msg_t *m)
+/* A whole message: one active message (the channel's whole handler). */
+static void uct_ivshmem_iface_rx_whole(void *arg, uint32_t sender,
+                                       uint32_t tag, const void *data,
+                                       uint32_t len)
 {
     uct_ivshmem_iface_t *iface = arg;
-    uint32_t tag = m->tag, len = m->len;
-    if (tag >= UCT_AM_ID_MAX || m->offset != 0 || m->total != len ||
-        len > iface->max_bcopy) {
+    if (tag >= UCT_AM_ID_MAX || len > iface->max_bcopy) {
         iface->cnt.rx_dropped++;
-        ucs_warn("ivshmem: dropped a message from peer %u (id %u, %u of %llu "
-                 "bytes at %llu): not one whole active message",
-                 m->sender, tag, len, (unsigned long long)m->total,
-                 (unsigned long long)m->offset);
+        ucs_warn("ivshmem: dropped a message from peer %u (id %u, %u "
+                 "bytes): not an active message of ours",
+                 sender, tag, len);
         return;
     }
-    memcpy(iface->rx_buf, m->data, len);
+    memcpy(iface->rx_buf, data, len);
     iface->cnt.rx_msgs++;
     iface->cnt.rx_bytes += len;
     uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_RECV, tag,
                        iface->rx_buf, len, "RX: AM");
     uct_iface_invoke_am(&iface->super, (uint8_t)tag, iface->rx_buf, len, 0);
+}
+
+/* A piece of a longer message: our sends never split one. */
+static void uct_ivshmem_iface_rx(void *arg, const ivshm_msg_t *m)
+{
+    uct_ivshmem_iface_t *iface = arg;
+    iface->cnt.rx_dropped++;
+    ucs_warn("ivshmem: dropped a message from peer %u (id %u, %u of %llu "
+             "bytes at %llu): not one whole active message",
+             m->sender, m->tag, m->len, (unsigned long long)m->total,
+             (unsigned long long)m->offset);
 }
 
 /* Liveness, the region's word (docs/lifetimes.md): a peer whose lease is
@@ -358,6 +369,7 @@ UCS_CLASS_INIT_FUNC(uct_ivshmem_iface_t, uct_md_h tl_md,
         return UCS_ERR_NO_RESOURCE;
     }
     ivshm_ep_set_event_handler(self->chan, uct_ivshmem_iface_event, self);
+    ivshm_ep_set_whole_handler(self->chan, uct_ivshmem_iface_rx_whole);
     self->max_bcopy = ivshm_ep_max_single(self->chan);
     /* the interface address leaves out the channel address' leading
      * region UUID (ivshm/channel.h): make sure it leads */

@@ -100,10 +100,47 @@ static void test_each_bad_piece(void **state)
     }
 }
 
+/* The channel's whole handler passes a whole message's fields: the same
+ * cases, where they are whole, get the same verdict from
+ * ivshmem_rx_accept_whole. */
+static void test_each_bad_whole(void **state)
+{
+    (void)state;
+    static int eps[NPEERS];
+    unsigned ran = 0;
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        const struct rx_case *c = &cases[k];
+        if (c->offset != 0 || c->total != c->len)
+            continue; /* not a whole message: never passed so */
+        ran++;
+        void *peers[NPEERS] = {NULL};
+        uint64_t dropped[IVSHMEM_RX_NDROP] = {0};
+        for (int i = 1; i < NPEERS; i++)
+            peers[i] = &eps[i];
+        void *slot = NULL;
+        bool ok = ivshmem_rx_accept_whole(c->sender, c->tag, TAG_MAX, peers,
+                                          NPEERS, dropped, &slot);
+        uint64_t drops = 0;
+        for (int i = 0; i < IVSHMEM_RX_NDROP; i++)
+            drops += dropped[i];
+        if (c->drop < 0) {
+            if (!ok || drops != 0 || slot != peers[c->sender])
+                fail_msg("%s: refused, %llu drops", c->what,
+                         (unsigned long long)drops);
+        } else if (ok || drops != 1 || dropped[c->drop] != 1) {
+            fail_msg("%s: %s, %llu drops (%llu under its reason)", c->what,
+                     ok ? "delivered" : "refused", (unsigned long long)drops,
+                     (unsigned long long)dropped[c->drop]);
+        }
+    }
+    assert_true(ran >= 8);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_bad_piece),
+        cmocka_unit_test(test_each_bad_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -661,6 +661,161 @@ static void box_roundtrip(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t peer,
     assert_int_equal(got->buf[L], 0);
 }
 
+/* A receiver with a whole handler (ivshm_ep_set_whole_handler) gets every
+ * whole message there, with its sender, tag, bytes and length: before it
+ * grants a box (the FIFO), in its box (the usual entry, and one that came
+ * out of order), and each piece of a longer message goes to the message
+ * handler instead. */
+struct wholes {
+    struct forms pieces;
+    uint32_t n, sender, tag, len;
+    char buf[1024];
+};
+static void whole_handler(void *arg, uint32_t sender, uint32_t tag,
+                          const void *data, uint32_t len)
+{
+    struct wholes *w = arg;
+    assert_true(len <= sizeof(w->buf));
+    memcpy(w->buf, data, len);
+    w->sender = sender;
+    w->tag = tag;
+    w->len = len;
+    w->n++;
+}
+static void pieces_handler(void *arg, const ivshm_msg_t *m)
+{
+    forms_handler(&((struct wholes *)arg)->pieces, m);
+}
+
+static void whole_roundtrip(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t peer,
+                            struct wholes *got, uint32_t from,
+                            const char *src, uint32_t L, uint32_t tag)
+{
+    uint32_t n0 = got->n, p0 = got->pieces.n;
+    assert_int_equal(ivshm_ep_try_send(b, peer, tag, src, L), IVSHM_OK);
+    while (got->n == n0 && got->pieces.n == p0) /* to either handler */
+        ivshm_ep_progress(a);
+    assert_int_equal(got->pieces.n, p0);
+    assert_int_equal(got->n, n0 + 1);
+    assert_int_equal(got->sender, from);
+    assert_int_equal(got->tag, tag);
+    assert_int_equal(got->len, L);
+    assert_memory_equal(got->buf, src, L);
+}
+
+static void test_whole_handler(void **state)
+{
+    (void)state;
+    ivshm_ep_config_t cfg = box_config();
+    cfg.fbox_threshold = 8; /* after the six sends through the FIFO */
+    static struct wholes got;
+    memset(&got, 0, sizeof(got));
+    ivshm_ep_t *a, *b;
+    uint32_t peer = make_pair(&cfg, pieces_handler, &got, &cfg, &a, &b);
+    ivshm_ep_set_whole_handler(a, whole_handler);
+    uint32_t from = ivshm_ep_index(b);
+    char src[600];
+    for (size_t i = 0; i < sizeof(src); i++)
+        src[i] = (char)(i * 7 + 3);
+    /* the FIFO, before the box: each form of cell */
+    const uint32_t lens[] = {0, 1, 8, 40, 150, 200};
+    for (unsigned i = 0; i < 6; i++)
+        whole_roundtrip(a, b, peer, &got, from, src + i, lens[i], 9 + i);
+    assert_null(b->peers[peer]->tx_fbox);
+    /* the box: usual entries of each size, with tags up to 255 */
+    while (!b->peers[peer]->tx_fbox)
+        whole_roundtrip(a, b, peer, &got, from, src, 1, 1);
+    for (unsigned i = 0; i < 6; i++)
+        whole_roundtrip(a, b, peer, &got, from, src + 2 * i, lens[i],
+                        250 + i);
+    /* a reservation held in the box: a message sent meanwhile goes
+     * through the FIFO, the committed cell (not the usual entry) after it;
+     * both whole */
+    uint32_t n0 = got.n, p0 = got.pieces.n;
+    void *buf;
+    ivshm_rsv_t rsv;
+    assert_int_equal(ivshm_ep_reserve(b, peer, 20, &buf, &rsv), IVSHM_OK);
+    assert_true(rsv.pos & FBOX_POS_FLAG);
+    memcpy(buf, src + 3, 20);
+    whole_roundtrip(a, b, peer, &got, from, src + 5, 24, 41);
+    assert_int_equal(ivshm_ep_commit(b, &rsv, 42, 20), IVSHM_OK);
+    while (got.n < n0 + 2 && got.pieces.n == p0)
+        ivshm_ep_progress(a);
+    assert_int_equal(got.pieces.n, p0);
+    assert_int_equal(got.tag, 42);
+    assert_int_equal(got.len, 20);
+    assert_memory_equal(got.buf, src + 3, 20);
+    /* a longer message: its pieces to the message handler */
+    uint32_t T = cfg.frag_size + 10;
+    p0 = got.pieces.n;
+    static char big[70000];
+    assert_true(T <= sizeof(big));
+    for (uint32_t i = 0; i < T; i++)
+        big[i] = (char)(i * 11 + 1);
+    n0 = got.n;
+    assert_int_equal(ivshm_ep_send(b, peer, 4, big, T), IVSHM_OK);
+    while (got.pieces.n < p0 + 2 && got.n == n0)
+        ivshm_ep_progress(a);
+    assert_int_equal(got.n, n0);
+    assert_int_equal(got.pieces.total, T);
+    assert_memory_equal(got.pieces.buf, big, T);
+    /* and the next whole message is whole again */
+    whole_roundtrip(a, b, peer, &got, from, src, 3, 30);
+    ivshm_ep_destroy(b);
+    ivshm_ep_destroy(a);
+}
+
+/* The usual box poll (ivshm__fbox_poll_usual) takes only the pair's next
+ * message: an entry ahead of the pair's order, and a cell entry whose word
+ * happens to carry the pair's next sequence in its low bits, are left to
+ * the whole pass (nothing taken: -1), which delivers the cell. */
+static void test_fbox_usual_takes_only_next(void **state)
+{
+    (void)state;
+    ivshm_ep_config_t cfg = box_config();
+    static struct forms got;
+    char src[64];
+    for (size_t i = 0; i < sizeof(src); i++)
+        src[i] = (char)(i * 5 + 1);
+    for (int part = 0; part < 2; part++) {
+        memset(&got, 0, sizeof(got));
+        ivshm_ep_t *a, *b;
+        uint32_t peer = make_pair(&cfg, forms_handler, &got, &cfg, &a, &b);
+        struct peer *tp = box_granted(a, b, peer, &got);
+        struct peer *rp = a->peers[ivshm_ep_index(b)];
+        assert_int_equal(a->nactive, 1);
+        uint32_t n0 = got.n;
+        if (part == 0) {
+            /* a message one ahead of the pair's order */
+            tp->pseq_out++;
+            assert_int_equal(ivshm_ep_try_send(b, peer, 6, src, 5),
+                             IVSHM_OK);
+            assert_int_equal(ivshm__fbox_poll_usual(a, 64), -1);
+            assert_int_equal(got.n, n0);
+        } else {
+            /* a cell entry (its word's pseq bits read 0) when the pair's
+             * next piece is 0x10000 */
+            rp->pseq_in = tp->pseq_out = 0x10000;
+            void *buf;
+            ivshm_rsv_t rsv;
+            assert_int_equal(ivshm_ep_reserve(b, peer, 20, &buf, &rsv),
+                             IVSHM_OK);
+            assert_true(rsv.pos & FBOX_POS_FLAG);
+            memcpy(buf, src, 20);
+            assert_int_equal(ivshm_ep_commit(b, &rsv, 42, 20), IVSHM_OK);
+            assert_int_equal(ivshm__fbox_poll_usual(a, 64), -1);
+            assert_int_equal(got.n, n0);
+            while (got.n == n0)
+                ivshm_ep_progress(a);
+            assert_int_equal(got.tag, 42);
+            assert_int_equal(got.len, 20);
+            assert_memory_equal(got.buf, src, 20);
+        }
+        ivshm_ep_destroy(b);
+        ivshm_ep_destroy(a);
+    }
+}
+
 /* A pass that ends on its budget leaves the release of what it read to
  * the next pass (the tail goes out in batches). That next pass finds the
  * queues empty, and must still release: a sender that reads the tail sees
@@ -1346,6 +1501,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reserve_and_region, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_frag, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cell_forms, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_whole_handler, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fbox_usual_takes_only_next, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_refused_send2_no_effect, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fbox_msg_too_long, setup,

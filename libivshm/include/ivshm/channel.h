@@ -76,6 +76,16 @@ typedef struct ivshm_msg {
 } ivshm_msg_t;
 
 typedef void (*ivshm_msg_handler_t)(void *arg, const ivshm_msg_t *m);
+/* A whole message (one piece: offset 0, total == len), without the
+ * piece's fields: where set (ivshm_ep_set_whole_handler), every whole
+ * message goes here, with the message handler's arg, and the message
+ * handler sees only the pieces of longer messages. The usual small
+ * message of a fast box reaches it without a descriptor being built
+ * (docs/channels.md, "The receive glue"). sender, tag and len are as in
+ * ivshm_msg_t (the sender wrote tag and len: untrusted). */
+typedef void (*ivshm_whole_handler_t)(void *arg, uint32_t sender,
+                                      uint32_t tag, const void *data,
+                                      uint32_t len);
 
 enum ivshm_event_kind {
     IVSHM_EV_PEER_DEAD = 1, /* a peer's lease is gone; its resources freed */
@@ -97,6 +107,9 @@ void ivshm_ep_destroy(ivshm_ep_t *ep);
 uint32_t ivshm_ep_index(const ivshm_ep_t *ep);
 void ivshm_ep_set_event_handler(ivshm_ep_t *ep, ivshm_event_handler_t h,
                                 void *arg);
+/* Sets (or, with NULL, clears) the handler of whole messages; call it
+ * before the endpoint's first progress. */
+void ivshm_ep_set_whole_handler(ivshm_ep_t *ep, ivshm_whole_handler_t h);
 
 #define IVSHM_EP_ADDR_SIZE 48
 /* The endpoint's address: an opaque blob for a modex. */
