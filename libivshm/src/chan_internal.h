@@ -460,20 +460,30 @@ void ivshm__frag_reclaim(ivshm_ep_t *ep, uint32_t idx);
 void ivshm__frag_linger(ivshm_ep_t *ep);
 
 /* chan_deliver.c */
-/* The piece takes its place in the pair's order and goes to the handler:
- * a whole message to the whole handler where one is set (inline: a fast
- * box's poll hands over its usual entry itself). */
-static inline void ivshm__hand_over(ivshm_ep_t *ep, struct peer *p,
-                                    const ivshm_msg_t *m)
+/* Around every handler call: the piece takes its place in the pair's
+ * order, and the endpoint knows it is inside a handler. */
+static inline void ivshm__hand_over_begin(ivshm_ep_t *ep, struct peer *p)
 {
     p->pseq_in++;
     p->rx_held = false;
     ep->in_handler = true;
+}
+static inline void ivshm__hand_over_end(ivshm_ep_t *ep)
+{
+    ep->in_handler = false;
+}
+/* The piece goes to the handler: a whole message to the whole handler
+ * where one is set (inline: a fast box's poll hands over its usual entry
+ * itself, ivshm__hand_over_msg). */
+static inline void ivshm__hand_over(ivshm_ep_t *ep, struct peer *p,
+                                    const ivshm_msg_t *m)
+{
+    ivshm__hand_over_begin(ep, p);
     if (ep->whole && m->offset == 0 && m->total == m->len)
         ep->whole(ep->harg, m->sender, m->tag, m->data, m->len);
     else if (ep->handler)
         ep->handler(ep->harg, m);
-    ep->in_handler = false;
+    ivshm__hand_over_end(ep);
 }
 /* The payload's further lines are fetched while the header is checked
  * and the handler matches it, not when it copies them (only hints: bounded
@@ -496,11 +506,9 @@ static inline void ivshm__hand_over_msg(ivshm_ep_t *ep, struct peer *p,
     if (len > 56) /* more than the entry's first line may hold */
         ivshm__prefetch_payload(data, len);
     if (ep->whole) { /* the usual receiver: no descriptor to build */
-        p->pseq_in++;
-        p->rx_held = false;
-        ep->in_handler = true;
+        ivshm__hand_over_begin(ep, p);
         ep->whole(ep->harg, idx, FBOX_TAG(w), data, len);
-        ep->in_handler = false;
+        ivshm__hand_over_end(ep);
     } else {
         ivshm_msg_t m = {.sender = idx,
                          .tag = FBOX_TAG(w),

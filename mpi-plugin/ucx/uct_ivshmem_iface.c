@@ -46,8 +46,9 @@ static uct_iface_internal_ops_t uct_ivshmem_iface_internal_ops =
 /* A received piece is untrusted: another VM may rewrite it while UCX
  * parses it, so it is copied out first, and only a whole message (the
  * channel cuts nothing we send: bcopy is bounded by one fragment) with an
- * active-message id UCX knows is delivered. */
-/* A whole message: one active message (the channel's whole handler). */
+ * active-message id UCX knows is delivered. A whole message comes to the
+ * channel's whole handler; its length is bounded here too, by rx_buf's
+ * (a whole fragment or lent region piece may be longer than a cell). */
 static void uct_ivshmem_iface_rx_whole(void *arg, uint32_t sender,
                                        uint32_t tag, const void *data,
                                        uint32_t len)

@@ -14,6 +14,7 @@
 #include "../testutil.h"
 
 #include <signal.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -233,13 +234,29 @@ static void test_sigkill_reclaim(void **state)
     assert_int_equal(ivshm_region_open(tu_uri(path), 0, &r), IVSHM_OK);
     ivshm_region_info_t inf;
     /* a slot caught before its heartbeat goes by timeout (1 s); the bound
-     * is generous for a loaded machine */
+     * is generous for a loaded machine. A victim killed inside its claim
+     * (between R0 and R1) leaves a claim whose owner cannot be proven dead
+     * (its identity is not published yet): once expired it is in doubt, and
+     * a plain gc keeps it (docs/lifetimes.md); only an admin's
+     * ivshm_gc_force releases it. So the plain gc must end with every
+     * leftover slot in doubt, and the forced one with none. */
+    ivshm_gc_stats_t gs;
     for (int tries = 0; tries < 300; tries++) {
-        ivshm_gc(r, NULL);
+        memset(&gs, 0, sizeof(gs));
+        ivshm_gc(r, &gs);
         ivshm_region_info(r, &inf);
-        if (inf.reg_used == NS && inf.job_used == 0 && inf.chunks_used == NS)
+        if (inf.job_used == 0 && inf.chunks_used == NS &&
+            inf.reg_used == NS + gs.procs_in_doubt)
             break;
         usleep(100 * 1000);
+    }
+    if (inf.reg_used > NS) {
+        fprintf(stderr, "test_sigkill_reclaim: %u claim(s) killed inside "
+                        "the claim, in doubt: forced\n",
+                gs.procs_in_doubt);
+        memset(&gs, 0, sizeof(gs));
+        assert_int_equal(ivshm_gc_force(r, NULL, NULL, &gs), IVSHM_OK);
+        ivshm_region_info(r, &inf);
     }
     assert_int_equal(inf.reg_used, NS);
     assert_int_equal(inf.job_used, 0);

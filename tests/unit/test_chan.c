@@ -663,9 +663,11 @@ static void box_roundtrip(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t peer,
 
 /* A receiver with a whole handler (ivshm_ep_set_whole_handler) gets every
  * whole message there, with its sender, tag, bytes and length: before it
- * grants a box (the FIFO), in its box (the usual entry, and one that came
- * out of order), and each piece of a longer message goes to the message
- * handler instead. */
+ * grants a box (the FIFO's short, inline and fragment forms), in its box
+ * (the usual entry, and a committed cell), and each piece of a longer
+ * message goes to the message handler instead. Every wait is bounded: a
+ * message lost to the wrong handler fails, never hangs. */
+enum { WHOLE_WAIT = 100000 }; /* progress calls */
 struct wholes {
     struct forms pieces;
     uint32_t n, sender, tag, len;
@@ -693,7 +695,8 @@ static void whole_roundtrip(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t peer,
 {
     uint32_t n0 = got->n, p0 = got->pieces.n;
     assert_int_equal(ivshm_ep_try_send(b, peer, tag, src, L), IVSHM_OK);
-    while (got->n == n0 && got->pieces.n == p0) /* to either handler */
+    for (int i = 0; i < WHOLE_WAIT && got->n == n0 && got->pieces.n == p0;
+         i++) /* to either handler */
         ivshm_ep_progress(a);
     assert_int_equal(got->pieces.n, p0);
     assert_int_equal(got->n, n0 + 1);
@@ -714,17 +717,20 @@ static void test_whole_handler(void **state)
     uint32_t peer = make_pair(&cfg, pieces_handler, &got, &cfg, &a, &b);
     ivshm_ep_set_whole_handler(a, whole_handler);
     uint32_t from = ivshm_ep_index(b);
-    char src[600];
+    char src[1024];
     for (size_t i = 0; i < sizeof(src); i++)
         src[i] = (char)(i * 7 + 3);
-    /* the FIFO, before the box: each form of cell */
+    /* the FIFO, before the box: each form of cell (1000 bytes: a
+     * fragment, the cells being 256) */
     const uint32_t lens[] = {0, 1, 8, 40, 150, 200};
     for (unsigned i = 0; i < 6; i++)
         whole_roundtrip(a, b, peer, &got, from, src + i, lens[i], 9 + i);
+    whole_roundtrip(a, b, peer, &got, from, src, 1000, 20);
     assert_null(b->peers[peer]->tx_fbox);
     /* the box: usual entries of each size, with tags up to 255 */
-    while (!b->peers[peer]->tx_fbox)
+    for (int i = 0; i < 100 && !b->peers[peer]->tx_fbox; i++)
         whole_roundtrip(a, b, peer, &got, from, src, 1, 1);
+    assert_non_null(b->peers[peer]->tx_fbox);
     for (unsigned i = 0; i < 6; i++)
         whole_roundtrip(a, b, peer, &got, from, src + 2 * i, lens[i],
                         250 + i);
@@ -739,9 +745,12 @@ static void test_whole_handler(void **state)
     memcpy(buf, src + 3, 20);
     whole_roundtrip(a, b, peer, &got, from, src + 5, 24, 41);
     assert_int_equal(ivshm_ep_commit(b, &rsv, 42, 20), IVSHM_OK);
-    while (got.n < n0 + 2 && got.pieces.n == p0)
+    for (int i = 0; i < WHOLE_WAIT && got.n < n0 + 2 && got.pieces.n == p0;
+         i++)
         ivshm_ep_progress(a);
     assert_int_equal(got.pieces.n, p0);
+    assert_int_equal(got.n, n0 + 2);
+    assert_int_equal(got.sender, from);
     assert_int_equal(got.tag, 42);
     assert_int_equal(got.len, 20);
     assert_memory_equal(got.buf, src + 3, 20);
@@ -754,7 +763,8 @@ static void test_whole_handler(void **state)
         big[i] = (char)(i * 11 + 1);
     n0 = got.n;
     assert_int_equal(ivshm_ep_send(b, peer, 4, big, T), IVSHM_OK);
-    while (got.pieces.n < p0 + 2 && got.n == n0)
+    for (int i = 0; i < WHOLE_WAIT && got.pieces.n < p0 + 2 && got.n == n0;
+         i++)
         ivshm_ep_progress(a);
     assert_int_equal(got.n, n0);
     assert_int_equal(got.pieces.total, T);
@@ -805,8 +815,9 @@ static void test_fbox_usual_takes_only_next(void **state)
             assert_int_equal(ivshm_ep_commit(b, &rsv, 42, 20), IVSHM_OK);
             assert_int_equal(ivshm__fbox_poll_usual(a, 64), -1);
             assert_int_equal(got.n, n0);
-            while (got.n == n0)
+            for (int i = 0; i < WHOLE_WAIT && got.n == n0; i++)
                 ivshm_ep_progress(a);
+            assert_int_equal(got.n, n0 + 1);
             assert_int_equal(got.tag, 42);
             assert_int_equal(got.len, 20);
             assert_memory_equal(got.buf, src, 20);

@@ -81,7 +81,7 @@ typedef void (*ivshm_msg_handler_t)(void *arg, const ivshm_msg_t *m);
  * message goes here, with the message handler's arg, and the message
  * handler sees only the pieces of longer messages. The usual small
  * message of a fast box reaches it without a descriptor being built
- * (docs/channels.md, "The receive glue"). sender, tag and len are as in
+ * (docs/channels.md, "The whole-message handler"). sender, tag and len are as in
  * ivshm_msg_t (the sender wrote tag and len: untrusted). */
 typedef void (*ivshm_whole_handler_t)(void *arg, uint32_t sender,
                                       uint32_t tag, const void *data,
