@@ -393,7 +393,11 @@ void ivshm_job_leave(ivshm_job_t *j)
     if (!j)
         return;
     ivshm_region_t *r = j->r;
-    if (r->attached) {
+    /* a lost lease: the slot may be a successor's, with our very member
+     * word if it joined the same job; it is not ours to write (our
+     * membership counts no more: job gc counts alive slots only), and we
+     * collect nothing */
+    if (r->attached && ivshm__lease_held(r) == IVSHM_OK) {
         clear_membership(r, j->idx, j->gen);
         unsigned chunks = 0;
         ivshm__job_gc(r, false, &chunks);

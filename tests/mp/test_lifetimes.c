@@ -890,6 +890,67 @@ static void test_forced_job_area_cools(void **state)
     ivshm_region_close(b);
 }
 
+/* Joins a job and holds; resumed after the admin released its lease,
+ * leaves the job. */
+static int leaves_after_loss(ivshm_region_t *r, int in, int out)
+{
+    struct holding h = {.len = 0};
+    ivshm_job_t *j;
+    if (ivshm_job_join(r, "life-leave", 65536, &j) != IVSHM_OK ||
+        ivshm_self_identity(r, &h.id) != IVSHM_OK)
+        return 60;
+    h.job_idx = ivshm_job_index(j);
+    if (write(out, &h, sizeof(h)) != sizeof(h) || wait_go(in))
+        return 61;
+    ivshm_job_leave(j);
+    return 0;
+}
+
+/* A process whose lease the admin released, and whose registry slot a new
+ * process then took and used to join the same job (the same member word),
+ * leaves that job when it resumes: its leave must not clear the new
+ * owner's membership (the job's area would be freed under it). */
+static void test_leave_after_lease_lost(void **state)
+{
+    (void)state;
+    struct child a;
+    struct holding h;
+    start(&a, "vm-a", leaves_after_loss);
+    get_holding(&a, &h);
+    ivshm_region_t *b = open_as("vm-b"); /* keeps the job standing */
+    assert_non_null(b);
+    ivshm_job_t *jb;
+    assert_int_equal(ivshm_job_join(b, "life-leave", 65536, &jb), IVSHM_OK);
+    assert_int_equal(ivshm_job_index(jb), h.job_idx);
+    kill(a.pid, SIGSTOP);
+    usleep(PAST_LEASE_US);
+    ivshm_gc_stats_t gs;
+    assert_int_equal(ivshm_gc_force(b, NULL, NULL, &gs), IVSHM_OK);
+    assert_int_equal(gs.procs_reclaimed, 1);
+    ivshm_region_t *c = open_as("vm-c");
+    assert_non_null(c);
+    ivshm_identity_t idc;
+    assert_int_equal(ivshm_self_identity(c, &idc), IVSHM_OK);
+    assert_int_equal(idc.slot, h.id.slot); /* the first free slot */
+    ivshm_job_t *jc;
+    assert_int_equal(ivshm_job_join(c, "life-leave", 65536, &jc), IVSHM_OK);
+    assert_int_equal(ivshm_job_index(jc), h.job_idx);
+    uint32_t gen = ivshm__job_gen(jc);
+    assert_int_equal(ivshm__job_gen(jb), gen);
+    kill(a.pid, SIGCONT);
+    go(&a);
+    int ws = finish(&a);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+        fail_msg("the released member ended with 0x%x", ws);
+    if (!ivshm__is_member(ivshm__reg(c, idc.slot), h.job_idx, gen))
+        fail_msg("a released member's leave cleared the membership of its "
+                 "slot's next owner in job %u", h.job_idx);
+    ivshm_job_leave(jc);
+    ivshm_job_leave(jb);
+    ivshm_region_close(c);
+    ivshm_region_close(b);
+}
+
 static void count_released(void *arg, const ivshm_proc_info_t *p)
 {
     (void)p;
@@ -1034,6 +1095,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_full_region_names_doubt, setup,
                                         teardown),
         cmocka_unit_test(test_pid_namespace_splits_vm),
+        cmocka_unit_test_setup_teardown(test_leave_after_lease_lost, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_forced_job_area_cools, setup,
                                         teardown),
     };
