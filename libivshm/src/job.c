@@ -113,8 +113,10 @@ static bool reclaim_job(ivshm_region_t *r, uint32_t i, uint64_t w,
 {
     struct ivshm_job_slot *s = ivshm__jobs(r, i);
     uint32_t gen = JOB_GEN(w);
-    _Atomic uint64_t *hold =
-        r->attached ? &ivshm__reg(r, r->slot)->holding : NULL;
+    /* no hold in a slot that may be a successor's (a lost lease) */
+    _Atomic uint64_t *hold = r->attached && ivshm__lease_held(r) == IVSHM_OK
+                                 ? &ivshm__reg(r, r->slot)->holding
+                                 : NULL;
     /* H0: hold, then take (seq_cst both); pairs with the count of holds
      * in gc, so that a collector killed after the take is normally known
      * by its hold, which dies with its lease. The word is one per process:
@@ -280,6 +282,8 @@ ivshm_status_t ivshm_job_join(ivshm_region_t *r, const char *key,
 {
     *out = NULL;
     ivshm_status_t st = ivshm__require_attached(r);
+    if (st == IVSHM_OK) /* a lost lease's slot may be a successor's */
+        st = ivshm__lease_held(r);
     if (st != IVSHM_OK)
         return st;
     size_t klen = key ? strlen(key) : 0;

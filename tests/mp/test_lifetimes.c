@@ -891,7 +891,8 @@ static void test_forced_job_area_cools(void **state)
 }
 
 /* Joins a job and holds; resumed after the admin released its lease,
- * leaves the job. */
+ * joins the job again (which must fail: it would write the slot's next
+ * owner's memberships), then leaves it. */
 static int leaves_after_loss(ivshm_region_t *r, int in, int out)
 {
     struct holding h = {.len = 0};
@@ -902,14 +903,17 @@ static int leaves_after_loss(ivshm_region_t *r, int in, int out)
     h.job_idx = ivshm_job_index(j);
     if (write(out, &h, sizeof(h)) != sizeof(h) || wait_go(in))
         return 61;
+    ivshm_job_t *again;
+    ivshm_status_t st = ivshm_job_join(r, "life-leave", 65536, &again);
     ivshm_job_leave(j);
-    return 0;
+    return st == IVSHM_ERR_LEASE_LOST ? 0 : 62;
 }
 
 /* A process whose lease the admin released, and whose registry slot a new
  * process then took and used to join the same job (the same member word),
- * leaves that job when it resumes: its leave must not clear the new
- * owner's membership (the job's area would be freed under it). */
+ * joins and leaves that job when it resumes: the join must fail and the
+ * leave must not clear the new owner's membership (the job's area would be
+ * freed under it). */
 static void test_leave_after_lease_lost(void **state)
 {
     (void)state;
@@ -941,7 +945,8 @@ static void test_leave_after_lease_lost(void **state)
     go(&a);
     int ws = finish(&a);
     if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
-        fail_msg("the released member ended with 0x%x", ws);
+        fail_msg("the released member ended with 0x%x (62: its join after "
+                 "the loss did not fail)", ws);
     if (!ivshm__is_member(ivshm__reg(c, idc.slot), h.job_idx, gen))
         fail_msg("a released member's leave cleared the membership of its "
                  "slot's next owner in job %u", h.job_idx);
