@@ -233,7 +233,7 @@ void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m)
 }
 
 /* A whole message, the usual one: the channel passes its fields, no
- * descriptor of the piece (docs/channels.md, "The receive glue"). */
+ * descriptor of the piece (docs/channels.md, "The whole-message handler"). */
 void mca_btl_ivshmem_recv_whole(void *arg, uint32_t sender, uint32_t tag,
                                 const void *data, uint32_t len)
 {
