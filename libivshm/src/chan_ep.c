@@ -156,8 +156,7 @@ ivshm_status_t ivshm_ep_create(ivshm_domain_t *d, int index,
            (size_t)ep->cfg.fifo_cells * ep->cfg.cell_size);
     ep->ctl->g = g;
     ep->g = g;
-    ep->fbox_msg_max =
-        fbox_msg_ok(&g) ? (int32_t)(g.cell_size - CELL_SHORT_HDR) : -1;
+    ep->fbox_msg_max = fbox_msg_limit(&g);
     ep->cells = (char *)ep->ctl + g.cells_off;
     ep->pool = (char *)ep->ctl + g.pool_off;
     ep->grants = (_Atomic uint64_t *)((char *)ep->ctl + g.grants_off);

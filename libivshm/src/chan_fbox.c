@@ -54,7 +54,9 @@ void ivshm__fbox_check_grant(ivshm_ep_t *ep, struct peer *p)
     p->tx_fbox_ring = (uint32_t)ring;
     p->tx_fbox_seq = 0;
     p->tx_fbox_zeroed = 0;
-    p->tx_fbox_msg = fbox_msg_ok(&p->g);
+    int32_t msg_max = fbox_msg_limit(&p->g);
+    p->tx_fbox_msg = msg_max >= 0;
+    p->tx_fbox_msg_max = msg_max >= 0 ? (uint32_t)msg_max : 0;
     BUMP(ep, fbox_used, 1);
 }
 

@@ -99,6 +99,27 @@ static inline bool fbox_msg_ok(const struct ctl_geom *g)
 {
     return pseq_window(g) < 32768;
 }
+/* A box of the receiver's geometry g takes message entries of up to a
+ * 32nd of its ring (32 of the longest fit one lap)... */
+#define FBOX_MSG_LAP_SHARE 32u
+/* ...or a cell's inline room where that is more, never more than the
+ * smallest fragment (a message a box takes goes in one piece by any
+ * other form too): the longest FBOX_MSG entry (message bytes after its
+ * word), -1 where FBOX_MSG entries are not allowed. Both sides judge by
+ * the receiver's geometry (layout 5; docs/channels.md, "Box messages
+ * longer than a cell"). */
+static inline int32_t fbox_msg_limit(const struct ctl_geom *g)
+{
+    if (!g->fbox_cells || !fbox_msg_ok(g))
+        return -1;
+    uint64_t share =
+        fbox_ring_bytes(g->fbox_cells, g->cell_size) / FBOX_MSG_LAP_SHARE;
+    share = share > 8 ? share - 8 : 0; /* less the entry's word */
+    if (share > FRAG_SIZE_MIN)
+        share = FRAG_SIZE_MIN;
+    uint32_t in_cell = g->cell_size - CELL_SHORT_HDR;
+    return (int32_t)(share > in_cell ? share : in_cell);
+}
 
 struct ivshm_domain {
     ivshm_region_t *r;
@@ -154,6 +175,7 @@ struct peer {
     uint32_t tx_fbox_off, tx_fbox_ring;
     uint16_t tx_fbox_seq;
     bool tx_fbox_msg; /* FBOX_MSG entries allowed (fbox_msg_ok) */
+    uint32_t tx_fbox_msg_max; /* and the longest (fbox_msg_limit) */
     /* line starts before this position (as tx_fbox_pos) and after the
      * write position were zeroed ahead, after a publish
      * (ivshm__fbox_zero_ahead) */

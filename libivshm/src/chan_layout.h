@@ -19,14 +19,15 @@
 #include "internal.h"
 #include "ivshm/channel.h"
 
-#define CTL_MAGIC 0x344c5443484d5649ull /* "IVMHCTL4": this layout */
+#define CTL_MAGIC 0x354c5443484d5649ull /* "IVMHCTL5": this layout */
 /* earlier layouts, refused by name: "IVMHCTL1" (libivshm <= 0.3),
- * "IVMHCTL2" (cells without the short form) and "IVMHCTL3" (fast boxes of
- * fixed cells) */
+ * "IVMHCTL2" (cells without the short form), "IVMHCTL3" (fast boxes of
+ * fixed cells) and "IVMHCTL4" (box messages no longer than a cell's
+ * inline room) */
 #define CTL_MAGIC_OLD(m)                                                     \
     ((m) == 0x314c5443484d5649ull || (m) == 0x324c5443484d5649ull ||         \
-     (m) == 0x334c5443484d5649ull)
-#define CTL_LAYOUT 4u
+     (m) == 0x334c5443484d5649ull || (m) == 0x344c5443484d5649ull)
+#define CTL_LAYOUT 5u
 #define DIR_ENTRY_SIZE 64u
 #define MAX_EPS_LIMIT 65535u
 

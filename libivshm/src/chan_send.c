@@ -162,7 +162,7 @@ HOT bool send_msg_box(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
 {
     size_t len = head_len + body_len;
     if (!p->tx_fbox_msg || p->tx_box_held || tag > 255 ||
-        len > p->g.cell_size - CELL_SHORT_HDR)
+        len > p->tx_fbox_msg_max)
         return false;
     uint16_t seq;
     char *at = ivshm__fbox_entry_fast(p, (uint32_t)len, &seq);
@@ -280,6 +280,11 @@ HOT ivshm_status_t tx_begin(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
 
 size_t ivshm_ep_max_single(const ivshm_ep_t *ep) { return ep->cfg.frag_size; }
 
+size_t ivshm_ep_box_msg_max(const ivshm_ep_t *ep)
+{
+    return ep->fbox_msg_max > 0 ? (size_t)ep->fbox_msg_max : 0;
+}
+
 static uint32_t lines(uint32_t bytes) { return (bytes + 63) / 64; }
 
 /* How a piece travels to a receiver with cells of cell_size bytes: a whole
@@ -332,12 +337,14 @@ static ivshm_status_t send_piece(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
                                  uint64_t offset, uint64_t total)
 {
     uint64_t pos;
-    uint16_t form = piece_form(p->g.cell_size, len, offset, total);
-    if (form == CELL_FRAG)
-        return send_frag(ep, p, idx, tag, buf, len, NULL, 0, offset, total);
+    /* a whole message goes into the box where it fits, longer than a
+     * cell or not */
     if (offset == 0 && total == len &&
         send_msg_box(ep, p, idx, tag, buf, len, NULL, 0))
         return IVSHM_OK;
+    uint16_t form = piece_form(p->g.cell_size, len, offset, total);
+    if (form == CELL_FRAG)
+        return send_frag(ep, p, idx, tag, buf, len, NULL, 0, offset, total);
     struct cell *c = claim_cell(ep, p, form_hdr(form) + len, &pos);
     if (!c) {
         BUMP(ep, stalls, 1);

@@ -127,10 +127,14 @@ typedef struct mca_btl_ivshmem_component_t {
     /* messages up to this size fit one of our cells: btl_alloc stages them
      * privately without asking the channel for a fragment */
     size_t inline_max;
+    /* contiguous messages up to this size go to the channel from sendi in
+     * one call, which copies them once: into a cell (inline_max) or a
+     * fast box's message entry (ivshm_ep_box_msg_max), else a fragment */
+    size_t sendi_max;
 } mca_btl_ivshmem_component_t;
 
 /* Bumped whenever the component struct or mem_* / coll_* change meaning. */
-#define MCA_BTL_IVSHMEM_ABI 0x49560007u
+#define MCA_BTL_IVSHMEM_ABI 0x49560008u
 
 OPAL_MODULE_DECLSPEC extern mca_btl_ivshmem_component_t
     mca_btl_ivshmem_component;

@@ -324,6 +324,8 @@ int mca_btl_ivshmem_setup(void)
         return step_aside(st, "cannot create the channel endpoint");
     ivshm_ep_set_event_handler(c->ep, mca_btl_ivshmem_event, NULL);
     ivshm_ep_set_whole_handler(c->ep, mca_btl_ivshmem_recv_whole);
+    size_t box_max = ivshm_ep_box_msg_max(c->ep);
+    c->sendi_max = box_max > c->inline_max ? box_max : c->inline_max;
     c->npeers = nprocs;
     c->peers = calloc(nprocs, sizeof(*c->peers));
     c->seen = calloc(nprocs, 1);

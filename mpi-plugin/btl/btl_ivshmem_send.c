@@ -267,13 +267,14 @@ int mca_btl_ivshmem_sendi(struct mca_btl_base_module_t *btl,
      * pending list (docs/channels.md, Decisions). */
     if (total > btl->btl_eager_limit || !opal_list_is_empty(&endpoint->pending))
         return OPAL_ERR_OUT_OF_RESOURCE;
-    if (total <= IVSHMEM_COMPONENT->inline_max &&
+    if (total <= IVSHMEM_COMPONENT->sendi_max &&
         (payload_size == 0 || !opal_convertor_need_buffers(convertor))) {
-        /* contiguous data inline in a cell: one channel call copies the
-         * header and the convertor's current bytes (ob1 is done with the
-         * convertor once sendi succeeds; a peer with smaller cells gets
-         * them in a fragment). Larger ones go straight to the
-         * reservation, not through the peer's checks twice */
+        /* contiguous data inline in a cell or whole in the peer's fast
+         * box: one channel call copies the header and the convertor's
+         * current bytes (ob1 is done with the convertor once sendi
+         * succeeds; a peer with smaller cells, or a full box, gets them in
+         * a fragment). Larger ones go straight to the reservation, not
+         * through the peer's checks twice */
         void *data = NULL;
         if (payload_size)
             opal_convertor_get_current_pointer(convertor, &data);

@@ -584,21 +584,27 @@ static void test_cell_forms(void **state)
         ivshm_ep_destroy(b);
         ivshm_ep_destroy(a);
     }
-    /* a peer that publishes the previous channel layout ("IVMHCTL2") */
-    ivshm_ep_t *a, *b;
-    assert_int_equal(ivshm_ep_create(dom, 0, NULL, nop_handler, NULL, &a),
-                     IVSHM_OK);
-    assert_int_equal(ivshm_ep_create(dom, 1, NULL, NULL, NULL, &b), IVSHM_OK);
-    a->ctl->g.magic = 0x324c5443484d5649ull;
-    uint8_t addr[IVSHM_EP_ADDR_SIZE];
-    uint32_t peer;
-    ivshm_ep_address(a, addr);
-    assert_int_equal(ivshm_ep_connect(b, addr, sizeof(addr), &peer),
-                     IVSHM_ERR_VERSION);
-    assert_non_null(strstr(ivshm_last_error(), "channel layout 2"));
-    a->ctl->g.magic = CTL_MAGIC;
-    ivshm_ep_destroy(b);
-    ivshm_ep_destroy(a);
+    /* a peer that publishes an earlier channel layout ("IVMHCTL2", and
+     * the one before this, "IVMHCTL4") */
+    for (char layout = '2'; layout <= '4'; layout += 2) {
+        ivshm_ep_t *a, *b;
+        assert_int_equal(ivshm_ep_create(dom, 0, NULL, nop_handler, NULL, &a),
+                         IVSHM_OK);
+        assert_int_equal(ivshm_ep_create(dom, 1, NULL, NULL, NULL, &b),
+                         IVSHM_OK);
+        a->ctl->g.magic = 0x004c5443484d5649ull | (uint64_t)layout << 56;
+        uint8_t addr[IVSHM_EP_ADDR_SIZE];
+        uint32_t peer;
+        ivshm_ep_address(a, addr);
+        assert_int_equal(ivshm_ep_connect(b, addr, sizeof(addr), &peer),
+                         IVSHM_ERR_VERSION);
+        char want[] = "channel layout ?";
+        want[sizeof(want) - 2] = layout;
+        assert_non_null(strstr(ivshm_last_error(), want));
+        a->ctl->g.magic = CTL_MAGIC;
+        ivshm_ep_destroy(b);
+        ivshm_ep_destroy(a);
+    }
 }
 
 /* ---- fast-box entries (chan_fbox.c) ---- */
@@ -1224,6 +1230,89 @@ static uint64_t box_word(const struct peer *rp, uint32_t off)
     return w;
 }
 
+/* The word of the entry the sender's next message to tp takes: at its
+ * write offset, or at the ring's start after a SKIP. */
+static uint32_t next_entry_at(const struct peer *tp, uint32_t len)
+{
+    uint32_t at = tp->tx_fbox_off;
+    return tp->tx_fbox_ring - at < fbox_entry_size(at, len) ? 0 : at;
+}
+
+/* Box messages longer than a cell (layout 5): a receiver's box takes
+ * message entries of up to a 32nd of its ring, at least a cell's inline
+ * room, at most the smallest fragment. Up to the receiver's limit a whole
+ * message goes into the box as one FBOX_MSG entry (by both try calls);
+ * one byte more goes by a fragment. The sender judges by the receiver's
+ * geometry, not its own: a receiver with a small box (limit: a cell's
+ * room) gets a message of our limit by a fragment, and whole. */
+static void test_fbox_msg_limit(void **state)
+{
+    (void)state;
+    /* the limits of three geometries, and of none */
+    ivshm_ep_config_t dflt, small = box_config(), big;
+    ivshm_ep_config_init(&dflt);
+    dflt.cell_size = 1088; /* the MPI front ends' cells and box */
+    dflt.fbox_cells = 64;
+    struct ctl_geom g;
+    memset(&g, 0, sizeof(g));
+    ivshm__ctl_size_for(&dflt, 4, &g);
+    assert_int_equal(fbox_msg_limit(&g), 65 * 1088 / 32 - 8); /* 2202 */
+    ivshm__ctl_size_for(&small, 4, &g);
+    assert_int_equal(fbox_msg_limit(&g), 256 - CELL_SHORT_HDR);
+    ivshm_ep_config_init(&big);
+    big.cell_size = 4096;
+    big.fbox_cells = 32;
+    assert_int_equal(ivshm_ep_config_check(&big), IVSHM_OK);
+    ivshm__ctl_size_for(&big, 4, &g);
+    assert_int_equal(fbox_msg_limit(&g), FRAG_SIZE_MIN);
+    g.fbox_cells = 0;
+    assert_int_equal(fbox_msg_limit(&g), -1);
+
+    static struct forms got;
+    static char src[4200];
+    for (size_t i = 0; i < sizeof(src); i++)
+        src[i] = (char)(i * 13 + 5);
+    dflt.fbox_threshold = 2;
+    for (int mixed = 0; mixed < 2; mixed++) {
+        memset(&got, 0, sizeof(got));
+        ivshm_ep_config_t rcfg = dflt;
+        if (mixed)
+            rcfg.fbox_cells = 8; /* 9 cells of 1088: a cell's room */
+        ivshm_ep_t *a, *b;
+        uint32_t peer = make_pair(&rcfg, forms_handler, &got, &dflt, &a, &b);
+        struct peer *tp = box_granted(a, b, peer, &got);
+        struct peer *rp = a->peers[ivshm_ep_index(b)];
+        const uint32_t limit = (uint32_t)a->fbox_msg_max;
+        assert_int_equal(limit, mixed ? 1088 - CELL_SHORT_HDR
+                                      : 65 * 1088 / 32 - 8);
+        assert_int_equal(ivshm_ep_box_msg_max(a), limit);
+        assert_int_equal(tp->tx_fbox_msg_max, limit);
+        /* ours, whatever the receiver's */
+        assert_int_equal(ivshm_ep_box_msg_max(b), 65 * 1088 / 32 - 8);
+        const uint32_t lens[] = {1088 - CELL_SHORT_HDR + 1, 2048 + 14,
+                                 limit, limit + 1};
+        for (unsigned li = 0; li < 4; li++)
+            for (int way = 0; way < 2; way++) {
+                const uint32_t L = lens[li];
+                uint32_t at = next_entry_at(tp, L);
+                ivshm_ep_stats_t es0, es1;
+                ivshm_ep_stats(a, &es0);
+                box_roundtrip(a, b, peer, &got, src + li, L, way);
+                ivshm_ep_stats(a, &es1);
+                assert_int_equal(es1.invalid_dropped, es0.invalid_dropped);
+                bool whole = L <= limit;
+                uint64_t w = box_word(rp, at);
+                /* whole: one message entry; else a cell (a fragment's) */
+                assert_int_equal(FBOX_KIND(w), whole ? FBOX_MSG : FBOX_CELL);
+                if (whole)
+                    assert_int_equal(FBOX_LEN(w), L);
+            }
+        assert_false(rp->rx_fbox_bad);
+        ivshm_ep_destroy(b);
+        ivshm_ep_destroy(a);
+    }
+}
+
 struct order {
     uint32_t n, bad, next;
 };
@@ -1522,6 +1611,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fbox_entries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fbox_long_messages, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_fbox_msg_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fbox_order_and_bounds, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_wakeup_races, setup, teardown),

@@ -150,6 +150,12 @@ ivshm_status_t ivshm_ep_try_send2(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
                                   const void *body, size_t body_len);
 /* Largest message try_send/reserve take. */
 size_t ivshm_ep_max_single(const ivshm_ep_t *ep);
+/* Longest message a fast box of this endpoint's geometry takes whole, as
+ * one entry: a peer configured alike takes the same (each receiver's own
+ * geometry decides). Up to it, ivshm_ep_try_send2 and ivshm_ep_try_send
+ * copy a message once into the peer's box where it has room, else into a
+ * cell or a fragment. 0 where this endpoint's boxes take no messages. */
+size_t ivshm_ep_box_msg_max(const ivshm_ep_t *ep);
 
 /* Zero-copy: reserve room for len bytes (<= ivshm_ep_max_single) towards
  * peer and build the message in *buf, then commit it (or cancel). Never
