@@ -57,6 +57,9 @@ void ivshm__fbox_check_grant(ivshm_ep_t *ep, struct peer *p)
     int32_t msg_max = fbox_msg_limit(&p->g);
     p->tx_fbox_msg = msg_max >= 0;
     p->tx_fbox_msg_max = msg_max >= 0 ? (uint32_t)msg_max : 0;
+    p->tx_fbox_long_above = p->g.cell_size - CELL_SHORT_HDR;
+    p->tx_long_skip = 0;
+    p->tx_long_pseq_in = p->pseq_in - 1; /* the first may */
     BUMP(ep, fbox_used, 1);
 }
 

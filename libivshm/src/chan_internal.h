@@ -176,6 +176,14 @@ struct peer {
     uint16_t tx_fbox_seq;
     bool tx_fbox_msg; /* FBOX_MSG entries allowed (fbox_msg_ok) */
     uint32_t tx_fbox_msg_max; /* and the longest (fbox_msg_limit) */
+    /* longer messages than this (a cell's inline room) go into the box
+     * only while it is nearly drained (chan_send.c, long_entry_ok), and
+     * not for this many more tries after one found it was not */
+    uint32_t tx_fbox_long_above;
+    uint32_t tx_long_skip;
+    /* pseq_in when the last message longer than a cell went to this peer:
+     * a reply came in since, or not (a stream) */
+    uint32_t tx_long_pseq_in;
     /* line starts before this position (as tx_fbox_pos) and after the
      * write position were zeroed ahead, after a publish
      * (ivshm__fbox_zero_ahead) */
@@ -381,6 +389,9 @@ static inline char *ivshm__fbox_entry_fast(struct peer *p, uint32_t len,
  * copy_word_line_last); shorter ones are copied in order, where that
  * other order lost at 256 B (docs/channels.md, "The word's line last"). */
 #define FBOX_WORD_LINE_LAST_ABOVE 320u
+/* Tries at a message longer than a cell that skip the box without a
+ * look at its tail after one found it busy (chan_send.c, long_entry_ok) */
+#define FBOX_LONG_SKIP 16u
 _Static_assert(FBOX_WORD_LINE_LAST_ABOVE >= 64, "longer than the word's line");
 /* How far ahead of the write position line starts are zeroed at least,
  * and how much further each time the first is not (a few lines at once,

@@ -638,7 +638,10 @@ static void test_sender_leaves(void **state)
     }
     int ws;
     assert_int_equal(waitpid(tx, &ws, 0), tx);
-    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+        fail_msg("the sender ended with status 0x%x (exit code %d: see "
+                 "its rc values above)",
+                 (unsigned)ws, WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
     usleep(150 * 1000); /* past the receiver's liveness interval */
     assert_int_equal(write(gone[1], "x", 1), 1);
     pid_t only[1] = {rx};

@@ -1238,11 +1238,34 @@ static uint32_t next_entry_at(const struct peer *tp, uint32_t len)
     return tp->tx_fbox_ring - at < fbox_entry_size(at, len) ? 0 : at;
 }
 
+/* The receiver a answers the sender b (one byte, through a's own
+ * connection to b, the first time made): b's record of a then shows
+ * something in since b's last message. */
+static void answer(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t *to_b)
+{
+    if (*to_b == UINT32_MAX) {
+        uint8_t addr[IVSHM_EP_ADDR_SIZE];
+        ivshm_ep_address(b, addr);
+        assert_int_equal(ivshm_ep_connect(a, addr, sizeof(addr), to_b),
+                         IVSHM_OK);
+    }
+    struct peer *from_a = b->peers[ivshm_ep_index(a)];
+    uint32_t in0 = from_a ? from_a->pseq_in : 0;
+    assert_int_equal(ivshm_ep_try_send(a, *to_b, 3, "r", 1), IVSHM_OK);
+    for (int i = 0; i < 1000 && (!from_a || from_a->pseq_in == in0); i++) {
+        ivshm_ep_progress(b);
+        from_a = b->peers[ivshm_ep_index(a)];
+    }
+    assert_non_null(from_a);
+    /* (with a's ask for a box, once, two pieces) */
+    assert_true(from_a->pseq_in != in0);
+}
+
 /* Box messages longer than a cell (layout 5): a receiver's box takes
  * message entries of up to a 32nd of its ring, at least a cell's inline
  * room, at most the smallest fragment. Up to the receiver's limit a whole
- * message goes into the box as one FBOX_MSG entry (by both try calls);
- * one byte more goes by a fragment. The sender judges by the receiver's
+ * message that answers the receiver goes into the box as one FBOX_MSG
+ * entry (by both try calls); one byte more goes by a fragment. The sender judges by the receiver's
  * geometry, not its own: a receiver with a small box (limit: a cell's
  * room) gets a message of our limit by a fragment, and whole. */
 static void test_fbox_msg_limit(void **state)
@@ -1282,6 +1305,7 @@ static void test_fbox_msg_limit(void **state)
         uint32_t peer = make_pair(&rcfg, forms_handler, &got, &dflt, &a, &b);
         struct peer *tp = box_granted(a, b, peer, &got);
         struct peer *rp = a->peers[ivshm_ep_index(b)];
+        uint32_t to_b = UINT32_MAX;
         const uint32_t limit = (uint32_t)a->fbox_msg_max;
         assert_int_equal(limit, mixed ? 1088 - CELL_SHORT_HDR
                                       : 65 * 1088 / 32 - 8);
@@ -1294,6 +1318,7 @@ static void test_fbox_msg_limit(void **state)
         for (unsigned li = 0; li < 4; li++)
             for (int way = 0; way < 2; way++) {
                 const uint32_t L = lens[li];
+                answer(a, b, &to_b); /* an exchange, not a stream */
                 uint32_t at = next_entry_at(tp, L);
                 ivshm_ep_stats_t es0, es1;
                 ivshm_ep_stats(a, &es0);
@@ -1311,6 +1336,77 @@ static void test_fbox_msg_limit(void **state)
         ivshm_ep_destroy(b);
         ivshm_ep_destroy(a);
     }
+}
+
+/* Which long messages the box takes (chan_send.c, long_entry_ok): in a
+ * stream (nothing in from the receiver since our last long message) the
+ * first goes into the box and the rest by fragments; after an answer the
+ * next goes into the box again; a box that holds more than a quarter of
+ * its ring unreleased sends it by a fragment, and the next
+ * FBOX_LONG_SKIP tries do not look at the tail again; every message is
+ * delivered whole, in order. */
+static void test_fbox_long_answers_only(void **state)
+{
+    (void)state;
+    ivshm_ep_config_t cfg;
+    ivshm_ep_config_init(&cfg);
+    cfg.cell_size = 1088;
+    cfg.fbox_cells = 64;
+    cfg.fbox_threshold = 2;
+    static struct forms got;
+    memset(&got, 0, sizeof(got));
+    static char src[2100];
+    for (size_t i = 0; i < sizeof(src); i++)
+        src[i] = (char)(i * 5 + 1);
+    ivshm_ep_t *a, *b;
+    uint32_t peer = make_pair(&cfg, forms_handler, &got, &cfg, &a, &b);
+    struct peer *tp = box_granted(a, b, peer, &got);
+    struct peer *rp = a->peers[ivshm_ep_index(b)];
+    uint32_t to_b = UINT32_MAX;
+    const uint32_t L = 2048 + 14;
+    /* a stream of 5, then an answer and one more */
+    answer(a, b, &to_b);
+    for (int i = 0; i < 6; i++) {
+        if (i == 5)
+            answer(a, b, &to_b);
+        uint32_t at = next_entry_at(tp, L);
+        box_roundtrip(a, b, peer, &got, src + i, L, 1);
+        bool box = i == 0 || i == 5;
+        assert_int_equal(FBOX_KIND(box_word(rp, at)),
+                         box ? FBOX_MSG : FBOX_CELL);
+    }
+    /* a box more than a quarter full (1-byte messages not yet read) */
+    uint32_t quarter = tp->tx_fbox_ring / 4, n0 = got.n, sent = 0;
+    while (tp->tx_fbox_pos - atomic_load(&tp->tx_fbox_hdr->tail) <= quarter) {
+        assert_int_equal(ivshm_ep_try_send(b, peer, 7, "q", 1), IVSHM_OK);
+        sent++;
+    }
+    answer(a, b, &to_b); /* a answers without reading its queues */
+    uint32_t at = next_entry_at(tp, L);
+    assert_int_equal(ivshm_ep_try_send2(b, peer, 7, src, 10, src + 10, L - 10),
+                     IVSHM_OK);
+    assert_int_equal(FBOX_KIND(box_word(rp, at)), FBOX_CELL);
+    assert_int_equal(tp->tx_long_skip, FBOX_LONG_SKIP);
+    for (int i = 0; i < 1000 && got.n < n0 + sent + 1; i++)
+        ivshm_ep_progress(a);
+    assert_int_equal(got.n, n0 + sent + 1);
+    assert_int_equal(got.len, L);
+    assert_memory_equal(got.buf, src, L);
+    /* drained now, but the skipped tries do not look: by fragments */
+    for (uint32_t i = 0; i < FBOX_LONG_SKIP; i++) {
+        answer(a, b, &to_b);
+        at = next_entry_at(tp, L);
+        box_roundtrip(a, b, peer, &got, src + i, L, 1);
+        assert_int_equal(FBOX_KIND(box_word(rp, at)), FBOX_CELL);
+    }
+    /* the next looks and finds it drained */
+    answer(a, b, &to_b);
+    at = next_entry_at(tp, L);
+    box_roundtrip(a, b, peer, &got, src, L, 1);
+    assert_int_equal(FBOX_KIND(box_word(rp, at)), FBOX_MSG);
+    assert_false(rp->rx_fbox_bad);
+    ivshm_ep_destroy(b);
+    ivshm_ep_destroy(a);
 }
 
 struct order {
@@ -1612,6 +1708,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fbox_long_messages, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fbox_msg_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fbox_long_answers_only, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_fbox_order_and_bounds, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_wakeup_races, setup, teardown),
