@@ -100,7 +100,9 @@ static inline bool fbox_msg_ok(const struct ctl_geom *g)
     return pseq_window(g) < 32768;
 }
 /* A box of the receiver's geometry g takes message entries of up to a
- * 32nd of its ring (32 of the longest fit one lap)... */
+ * 32nd of its ring, less the entry's word (about 32 of the longest fit
+ * one lap: 31 in the MPI component's ring, where they end on a line's
+ * end)... */
 #define FBOX_MSG_LAP_SHARE 32u
 /* ...or a cell's inline room where that is more, never more than the
  * smallest fragment (a message a box takes goes in one piece by any
@@ -177,8 +179,9 @@ struct peer {
     bool tx_fbox_msg; /* FBOX_MSG entries allowed (fbox_msg_ok) */
     uint32_t tx_fbox_msg_max; /* and the longest (fbox_msg_limit) */
     /* longer messages than this (a cell's inline room) go into the box
-     * only while it is nearly drained (chan_send.c, long_entry_ok), and
-     * not for this many more tries after one found it was not */
+     * only in answer and while at most a quarter of it is in use
+     * (chan_send.c, long_entry_ok), and not for tx_long_skip more tries
+     * after a look at its tail found it busy */
     uint32_t tx_fbox_long_above;
     uint32_t tx_long_skip;
     /* pseq_in when the last message longer than a cell went to this peer:

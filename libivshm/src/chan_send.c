@@ -158,8 +158,11 @@ static __attribute__((noinline)) void copy_word_line_last(char *dst,
  * of its ring unreleased. A latency-bound exchange sends so, in one copy
  * and no fragment; a stream (a window of 2 KiB sends) goes by fragments,
  * whose cells the box or the FIFO carry. Long entries in a stream, mixed
- * with fragments, made a window of 2 KiB messages 12-20 % slower than
- * fragments alone (docs/channels.md, "Box messages longer than a cell").
+ * with fragments, made a window of 2 KiB messages slower than fragments
+ * alone (osu_bw and the 7-pair rate 0.86-0.89x vader against 0.95-1.08x
+ * in the same calls; docs/channels.md, "Box messages longer than a
+ * cell"). A try is a call that reaches here: a blocking send that waits
+ * for room tries again.
  * The quarter spares most sends a look at the receiver's tail (its line);
  * a look that finds the box busy is not repeated for the next
  * FBOX_LONG_SKIP tries. */
@@ -170,7 +173,8 @@ static __attribute__((noinline)) bool long_entry_ok(struct peer *p,
         return false; /* a stream */
     uint64_t quarter = p->tx_fbox_ring / 4;
     uint64_t need = (uint64_t)len + 8 + 64; /* the entry, its padding */
-    if (p->tx_fbox_pos - p->tx_fbox_tail + need > quarter) {
+    uint64_t used = p->tx_fbox_pos - p->tx_fbox_tail;
+    if (used > quarter || used + need > quarter) {
         if (p->tx_long_skip) {
             p->tx_long_skip--;
             return false;
@@ -178,7 +182,7 @@ static __attribute__((noinline)) bool long_entry_ok(struct peer *p,
         /* F1 (as ivshm__fbox_entry): the tail the receiver released */
         p->tx_fbox_tail =
             atomic_load_explicit(&p->tx_fbox_hdr->tail, memory_order_acquire);
-        uint64_t used = p->tx_fbox_pos - p->tx_fbox_tail;
+        used = p->tx_fbox_pos - p->tx_fbox_tail;
         if (used > quarter || used + need > quarter) {
             p->tx_long_skip = FBOX_LONG_SKIP;
             return false;
@@ -191,7 +195,8 @@ static __attribute__((noinline)) bool long_entry_ok(struct peer *p,
 /* A whole message of head and body straight into an FBOX_MSG entry of
  * the peer's box: an 8-byte word instead of a cell's 32-byte header, and
  * 16-byte packing (chan_fbox.c). False if it cannot go so (no box, no
- * room, a tag or length the form cannot carry): another form takes it. */
+ * room, a tag or length the form cannot carry, a message longer than a
+ * cell that long_entry_ok keeps out): another form takes it. */
 HOT bool send_msg_box(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
                       uint32_t tag, const void *head, size_t head_len,
                       const void *body, size_t body_len)

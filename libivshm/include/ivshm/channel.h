@@ -139,9 +139,10 @@ ivshm_status_t ivshm_ep_try_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
 /* One attempt at a message of two parts (a protocol header and its data),
  * copied straight into one cell of the peer: reserve, two copies and
  * commit in one call, for the small messages a message rate is made of.
- * Where head_len + body_len is not inline in a cell of this peer (its
- * cells may be smaller than ours), the two parts go into one fragment, as
- * ivshm_ep_try_send's would. IVSHM_ERR_INVAL above ivshm_ep_max_single
+ * A whole message goes into the peer's fast box where it takes it
+ * (ivshm_ep_box_msg_max); else, where head_len + body_len is not inline
+ * in a cell of this peer (its cells may be smaller than ours), the two
+ * parts go into one fragment, as ivshm_ep_try_send's would. IVSHM_ERR_INVAL above ivshm_ep_max_single
  * (a peer that cannot be sent to is reported first, as by any send; a
  * refused send has no effect on the peer), IVSHM_ERR_AGAIN when there is
  * no room right now. */
@@ -154,7 +155,10 @@ size_t ivshm_ep_max_single(const ivshm_ep_t *ep);
  * one entry: a peer configured alike takes the same (each receiver's own
  * geometry decides). Up to it, ivshm_ep_try_send2 and ivshm_ep_try_send
  * copy a message once into the peer's box where it has room, else into a
- * cell or a fragment. 0 where this endpoint's boxes take no messages. */
+ * cell or a fragment; one longer than a cell only in answer (something
+ * came in from that peer since the last such message) and while at most
+ * a quarter of the box is in use (docs/channels.md, "Box messages longer
+ * than a cell"). 0 where this endpoint's boxes take no messages. */
 size_t ivshm_ep_box_msg_max(const ivshm_ep_t *ep);
 
 /* Zero-copy: reserve room for len bytes (<= ivshm_ep_max_single) towards
