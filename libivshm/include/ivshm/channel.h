@@ -142,10 +142,10 @@ ivshm_status_t ivshm_ep_try_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
  * A whole message goes into the peer's fast box where it takes it
  * (ivshm_ep_box_msg_max); else, where head_len + body_len is not inline
  * in a cell of this peer (its cells may be smaller than ours), the two
- * parts go into one fragment, as ivshm_ep_try_send's would. IVSHM_ERR_INVAL above ivshm_ep_max_single
- * (a peer that cannot be sent to is reported first, as by any send; a
- * refused send has no effect on the peer), IVSHM_ERR_AGAIN when there is
- * no room right now. */
+ * parts go into one fragment, as ivshm_ep_try_send's would.
+ * IVSHM_ERR_INVAL above ivshm_ep_max_single (a peer that cannot be sent
+ * to is reported first, as by any send; a refused send has no effect on
+ * the peer), IVSHM_ERR_AGAIN when there is no room right now. */
 ivshm_status_t ivshm_ep_try_send2(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
                                   const void *head, size_t head_len,
                                   const void *body, size_t body_len);
