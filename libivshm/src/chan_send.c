@@ -407,6 +407,15 @@ static ivshm_status_t over_single(size_t len)
                        len);
 }
 
+/* A try_send2 whose two lengths do not even have a sum. */
+static __attribute__((noinline, cold)) ivshm_status_t
+over_any(size_t head_len, size_t body_len)
+{
+    return ivshm__fail(IVSHM_ERR_INVAL,
+                       "a message of %zu and %zu bytes exceeds one fragment",
+                       head_len, body_len);
+}
+
 ivshm_status_t ivshm_ep_try_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
                                  const void *buf, size_t len)
 {
@@ -424,6 +433,8 @@ ivshm_status_t ivshm_ep_try_send2(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
                                   const void *body, size_t body_len)
 {
     size_t len = head_len + body_len;
+    if (__builtin_expect(len < head_len, 0))
+        return over_any(head_len, body_len); /* the sum wrapped */
     struct peer *p = NULL;
     ivshm_status_t st = tx_peer(ep, peer, &p);
     if (st != IVSHM_OK)

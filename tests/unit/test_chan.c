@@ -18,6 +18,15 @@
 
 #include <pthread.h>
 
+/* Progress on ep until cond holds, bounded: a message the channel lost
+ * fails the test instead of hanging it. */
+#define WAIT_UNTIL(ep, cond)                                                 \
+    do {                                                                     \
+        for (long spins_ = 0; spins_ < 10000000 && !(cond); spins_++)       \
+            ivshm_ep_progress(ep);                                           \
+        assert_true(cond);                                                   \
+    } while (0)
+
 static char path[256];
 static ivshm_region_t *reg;
 static ivshm_domain_t *dom;
@@ -334,8 +343,7 @@ static void test_reserve_and_region(void **state)
     assert_int_equal(ivshm_ep_send_region(b, peer, 8, off, 65536, &ticket),
                      IVSHM_OK);
     assert_int_equal(ivshm_ep_region_done(b, peer, ticket), 0);
-    while (col.done < 2)
-        ivshm_ep_progress(a);
+    WAIT_UNTIL(a, col.done >= 2);
     assert_int_equal(ivshm_ep_region_done(b, peer, ticket), 1);
     assert_int_equal(col.buf[65535], 'r');
     /* a buffer that is not ours in the region is refused */
@@ -350,8 +358,7 @@ static void test_reserve_and_region(void **state)
                      IVSHM_ERR_INVAL);
     /* send blocks for room; the receiver runs in this thread: use pieces */
     assert_int_equal(ivshm_ep_send(b, peer, 9, big, 32768), IVSHM_OK);
-    while (col.done < 1)
-        ivshm_ep_progress(a);
+    WAIT_UNTIL(a, col.done >= 1);
     assert_memory_equal(col.buf, big, 32768);
     ivshm_free(reg, off);
     ivshm_ep_destroy(a);
@@ -389,12 +396,10 @@ static void test_reserve_frag(void **state)
         inl++;
     assert_int_equal(inl, 8);
     assert_int_equal(ivshm_ep_commit(b, &rsv, 2, 4000), IVSHM_ERR_AGAIN);
-    while (col.done < inl)
-        ivshm_ep_progress(a);
+    WAIT_UNTIL(a, col.done >= inl);
     col.bytes = 0;
     assert_int_equal(ivshm_ep_commit(b, &rsv, 2, 4000), IVSHM_OK);
-    while (col.done < inl + 1)
-        ivshm_ep_progress(a);
+    WAIT_UNTIL(a, col.done >= inl + 1);
     assert_int_equal(col.bytes, 4000);
     assert_int_equal(col.buf[0], 'f');
     assert_int_equal(col.buf[3999], 'f');
@@ -446,6 +451,18 @@ static void forms_handler(void *arg, const ivshm_msg_t *m)
     f->n++;
 }
 
+/* Progress on a until got counts at least `want` messages (bounded). */
+static void wait_n(ivshm_ep_t *a, const struct forms *got, uint32_t want)
+{
+    WAIT_UNTIL(a, got->n >= want);
+}
+
+/* The same until a message beyond the n0th arrived. */
+static void wait_got(ivshm_ep_t *a, const struct forms *got, uint32_t n0)
+{
+    wait_n(a, got, n0 + 1);
+}
+
 static uint16_t sent_form(ivshm_ep_t *rx, uint64_t pos)
 {
     const struct cell *c =
@@ -454,8 +471,8 @@ static uint16_t sent_form(ivshm_ep_t *rx, uint64_t pos)
     return c->type;
 }
 
-/* A two-part send refused for its length (more than a fragment) leaves
- * the peer as it was: not even the ask for a fast box that a first send
+/* A two-part send refused for its length (more than a fragment, or two
+ * lengths whose sum wraps) leaves the peer as it was: not even the ask for a fast box that a first send
  * past the threshold makes is published. */
 static void test_refused_send2_no_effect(void **state)
 {
@@ -472,14 +489,17 @@ static void test_refused_send2_no_effect(void **state)
     assert_int_equal(ivshm_ep_try_send2(b, peer, 3, big, 10, big + 10,
                                         tc.frag_size - 9),
                      IVSHM_ERR_INVAL);
+    /* two lengths whose sum wraps to 4 bytes: refused, nothing copied */
+    assert_int_equal(ivshm_ep_try_send2(b, peer, 3, big, SIZE_MAX - 5,
+                                        big + 10, 10),
+                     IVSHM_ERR_INVAL);
     assert_int_equal(atomic_load(&a->ctl->head), 0);
     /* the next send asks for the box, then goes itself */
     assert_int_equal(ivshm_ep_try_send2(b, peer, 3, big, 10, big, 10),
                      IVSHM_OK);
     assert_int_equal(atomic_load(&a->ctl->head), 2);
     assert_int_equal(sent_form(a, 0), CELL_FBOX_REQ);
-    while (got == 0)
-        ivshm_ep_progress(a);
+    WAIT_UNTIL(a, got != 0);
     ivshm_ep_destroy(b);
     ivshm_ep_destroy(a);
 }
@@ -541,8 +561,7 @@ static void test_cell_forms(void **state)
                 }
                 assert_int_equal(sent_form(a, pos++), want[li].form);
                 memset(got.buf, 0, L + 64);
-                while (got.n == n0)
-                    ivshm_ep_progress(a);
+                wait_got(a, &got, n0);
                 assert_int_equal(got.len, L);
                 assert_int_equal(got.offset, 0);
                 assert_int_equal(got.total, L);
@@ -561,8 +580,7 @@ static void test_cell_forms(void **state)
         assert_int_equal(sent_form(a, pos++), CELL_FRAG);
         assert_int_equal(sent_form(a, pos++), CELL_INLINE);
         memset(got.buf, 0, T);
-        while (got.n < n0 + 2)
-            ivshm_ep_progress(a);
+        wait_n(a, &got, n0 + 2);
         assert_int_equal(got.offset, tc.frag_size);
         assert_int_equal(got.len, 10);
         assert_int_equal(got.total, T);
@@ -621,15 +639,6 @@ static ivshm_ep_config_t box_config(void)
     return cfg;
 }
 
-/* Progress on a until a message beyond the n0th arrived in got, bounded
- * (one the channel lost fails the test instead of hanging it). */
-static void wait_got(ivshm_ep_t *a, const struct forms *got, uint32_t n0)
-{
-    for (long i = 0; i < 10000000 && got->n == n0; i++)
-        ivshm_ep_progress(a);
-    assert_true(got->n != n0);
-}
-
 /* Sends 1-byte messages until the receiver granted the sender a box;
  * returns the sender's record of the receiver. */
 static struct peer *box_granted(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t peer,
@@ -644,8 +653,9 @@ static struct peer *box_granted(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t peer,
     return b->peers[peer];
 }
 
-/* One message of L bytes from src by one of three calls, delivered and
- * checked. */
+/* One message of L bytes from src by one of four calls (0 try_send, 1
+ * try_send2 in two parts, 2 reserve and commit, 3 the blocking send),
+ * delivered and checked. */
 static void box_roundtrip(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t peer,
                           struct forms *got, const char *src, uint32_t L,
                           int way)
@@ -658,6 +668,8 @@ static void box_roundtrip(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t peer,
         assert_int_equal(
             ivshm_ep_try_send2(b, peer, 7, src, L / 2, src + L / 2, L - L / 2),
             IVSHM_OK);
+    } else if (way == 3) {
+        assert_int_equal(ivshm_ep_send(b, peer, 7, src, L), IVSHM_OK);
     } else {
         void *buf;
         ivshm_rsv_t rsv;
@@ -1034,8 +1046,7 @@ static void test_fbox_entries(void **state)
             assert_int_equal(ivshm_ep_try_send(b, peer, 7, src, big),
                              IVSHM_OK);
         assert_int_equal(atomic_load(&a->ctl->head), fifo_head);
-        while (got.n < n1 + cfg.fbox_cells)
-            ivshm_ep_progress(a);
+        wait_n(a, &got, n1 + cfg.fbox_cells);
         assert_memory_equal(got.buf, src, big);
     }
 
@@ -1121,8 +1132,7 @@ static void test_fbox_entries(void **state)
         assert_int_equal(ivshm_ep_try_send(b, peer, 7, src, 56), IVSHM_OK);
     assert_int_equal(tp->tx_fbox_off, 960);
     assert_int_equal(tp->tx_fbox_zeroed, tp->tx_fbox_pos + 64); /* not done */
-    while (got.n < n0 + ring / 64 - 1)
-        ivshm_ep_progress(a);
+    wait_n(a, &got, n0 + ring / 64 - 1);
     tp->tx_fbox_tail = atomic_load(&tp->tx_fbox_hdr->tail);
     fake = FBOX_WORD(rp->rx_fbox_seq + 2, FBOX_MSG, 9, 4, rp->pseq_in + 1);
     memcpy(rp->rx_fbox + 1024, &fake, 8);
@@ -1272,9 +1282,11 @@ static void answer(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t *to_b)
  * message entries of up to a 32nd of its ring, at least a cell's inline
  * room, at most the smallest fragment. Up to the receiver's limit a whole
  * message that answers the receiver goes into the box as one FBOX_MSG
- * entry (by both try calls); one byte more goes by a fragment. The sender judges by the receiver's
- * geometry, not its own: a receiver with a small box (limit: a cell's
- * room) gets a message of our limit by a fragment, and whole. */
+ * entry (by both try calls and the blocking send); one byte more goes by
+ * a fragment. The sender judges by the receiver's geometry, not its own:
+ * a receiver with a small box (limit: a cell's room) gets a message of
+ * our limit by a fragment, and whole; a receiver whose box takes more
+ * than ours gets messages up to its own limit in its box. */
 static void test_fbox_msg_limit(void **state)
 {
     (void)state;
@@ -1303,27 +1315,35 @@ static void test_fbox_msg_limit(void **state)
     for (size_t i = 0; i < sizeof(src); i++)
         src[i] = (char)(i * 13 + 5);
     dflt.fbox_threshold = 2;
-    for (int mixed = 0; mixed < 2; mixed++) {
+    small.fbox_threshold = 2;
+    /* 0: both alike; 1: the receiver's box smaller (9 cells of 1088: a
+     * cell's room); 2: larger (the sender has cells of 256 and a box of
+     * 9, the receiver the MPI geometry): the receiver's limit holds */
+    for (int mixed = 0; mixed < 3; mixed++) {
         memset(&got, 0, sizeof(got));
-        ivshm_ep_config_t rcfg = dflt;
-        if (mixed)
-            rcfg.fbox_cells = 8; /* 9 cells of 1088: a cell's room */
+        ivshm_ep_config_t rcfg = dflt, tcfg = mixed == 2 ? small : dflt;
+        if (mixed == 1)
+            rcfg.fbox_cells = 8;
         ivshm_ep_t *a, *b;
-        uint32_t peer = make_pair(&rcfg, forms_handler, &got, &dflt, &a, &b);
+        uint32_t peer = make_pair(&rcfg, forms_handler, &got, &tcfg, &a, &b);
         struct peer *tp = box_granted(a, b, peer, &got);
         struct peer *rp = a->peers[ivshm_ep_index(b)];
         uint32_t to_b = UINT32_MAX;
         const uint32_t limit = (uint32_t)a->fbox_msg_max;
-        assert_int_equal(limit, mixed ? 1088 - CELL_SHORT_HDR
-                                      : 65 * 1088 / 32 - 8);
+        assert_int_equal(limit, mixed == 1 ? 1088 - CELL_SHORT_HDR
+                                           : 65 * 1088 / 32 - 8);
         assert_int_equal(ivshm_ep_box_msg_max(a), limit);
         assert_int_equal(tp->tx_fbox_msg_max, limit);
         /* ours, whatever the receiver's */
-        assert_int_equal(ivshm_ep_box_msg_max(b), 65 * 1088 / 32 - 8);
+        assert_int_equal(ivshm_ep_box_msg_max(b),
+                         mixed == 2 ? 256 - CELL_SHORT_HDR
+                                    : 65 * 1088 / 32 - 8);
         const uint32_t lens[] = {1088 - CELL_SHORT_HDR + 1, 2048 + 14,
                                  limit, limit + 1};
+        static const int ways[] = {0, 1, 3}; /* try_send, try_send2, send */
         for (unsigned li = 0; li < 4; li++)
-            for (int way = 0; way < 2; way++) {
+            for (unsigned wi = 0; wi < 3; wi++) {
+                const int way = ways[wi];
                 const uint32_t L = lens[li];
                 answer(a, b, &to_b); /* an exchange, not a stream */
                 uint32_t at = next_entry_at(tp, L);
@@ -1447,8 +1467,7 @@ static void test_fbox_order_and_bounds(void **state)
     uint32_t tag = 0;
     while (!b->peers[peer]->tx_fbox) {
         assert_int_equal(ivshm_ep_try_send(b, peer, tag++, "g", 1), IVSHM_OK);
-        while (ord.n < tag)
-            ivshm_ep_progress(a);
+        WAIT_UNTIL(a, ord.n >= tag);
     }
     struct peer *tp = b->peers[peer];
     struct peer *rp = a->peers[ivshm_ep_index(b)];
@@ -1494,16 +1513,14 @@ static void test_fbox_order_and_bounds(void **state)
     assert_int_equal(ivshm_ep_try_send2(b, peer, tag++, src, 16, src, 8),
                      IVSHM_OK);
     assert_int_equal(FBOX_KIND(box_word(rp, at)), FBOX_MSG);
-    while (ord.n < tag)
-        ivshm_ep_progress(a);
+    WAIT_UNTIL(a, ord.n >= tag);
     assert_int_equal(ord.bad, 0);
 
     /* the first entry after a SKIP: the word after it, an earlier lap's
      * bytes shaped as the entry due next, is zeroed */
     while (tp->tx_fbox_off < ring - 128) {
         assert_int_equal(ivshm_ep_try_send(b, peer, tag++, src, 56), IVSHM_OK);
-        while (ord.n < tag)
-            ivshm_ep_progress(a);
+        WAIT_UNTIL(a, ord.n >= tag);
     }
     tp->tx_fbox_tail = atomic_load(&tp->tx_fbox_hdr->tail);
     uint32_t size = fbox_entry_size(0, 200);
@@ -1527,8 +1544,7 @@ static void test_fbox_order_and_bounds(void **state)
     while (rp->rx_fbox_off != ring - 64) {
         uint32_t L = rp->rx_fbox_off % 64 ? 24 : 56;
         assert_int_equal(ivshm_ep_try_send(b, peer, tag++, src, L), IVSHM_OK);
-        while (ord.n < tag)
-            ivshm_ep_progress(a);
+        WAIT_UNTIL(a, ord.n >= tag);
     }
     char *e = rp->rx_fbox + ring - 64;
     struct cell forged;
