@@ -59,6 +59,18 @@ int ivshm__frag_take(ivshm_ep_t *ep)
     return -1;
 }
 
+void ivshm__frag_own_next(ivshm_ep_t *ep, uint32_t bytes)
+{
+    uint32_t f = ep->frag_next % ep->cfg.frag_count;
+    if (!frag_free(ep, f))
+        return; /* its receiver may still read it */
+    const char *at = ep->pool + (uint64_t)f * ep->cfg.frag_size;
+    if (bytes > ep->cfg.frag_size)
+        bytes = ep->cfg.frag_size;
+    for (uint32_t b = 0; b < bytes; b += 64)
+        ivshm__prefetch_own(at + b);
+}
+
 uint64_t ivshm__frag_lend(ivshm_ep_t *ep, int f, uint32_t idx)
 {
     ep->frag_dest[f] = idx;

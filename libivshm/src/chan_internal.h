@@ -429,6 +429,34 @@ static inline void ivshm__fbox_zero_ahead(struct peer *p)
     if (x > p->tx_fbox_zeroed)
         p->tx_fbox_zeroed = x;
 }
+/* Asks for the line at `at` in our cache, ready to be written (a hint:
+ * no store, no fault). x86-64's PREFETCHW, emitted whatever the target
+ * flags say (without -mprfchw GCC would turn the builtin's write hint
+ * into a read); processors without it take it as a no-op. */
+static inline void ivshm__prefetch_own(const char *at)
+{
+#if defined(__x86_64__)
+    __asm__ volatile("prefetchw %0" : : "m"(*at));
+#else
+    __builtin_prefetch(at, 1, 3);
+#endif
+}
+/* Takes the free lines of the box that the next `bytes` after the write
+ * position span beyond the zeroing ahead (before the ring's end) into
+ * our cache for writing, so that a long message's next one of its size
+ * is copied into lines that are ours, not taken one by one from the
+ * receiver that read them a lap before. */
+static inline void ivshm__fbox_own_ahead(struct peer *p, uint32_t bytes)
+{
+    uint64_t pos = p->tx_fbox_pos;
+    uint32_t off = p->tx_fbox_off, ring = p->tx_fbox_ring;
+    for (uint64_t x = p->tx_fbox_zeroed; x < pos + bytes; x += 64) {
+        uint64_t at = off + (x - pos);
+        if (at >= ring || x - p->tx_fbox_tail >= ring)
+            break; /* the ring's start is every lap's; beyond: not free */
+        ivshm__prefetch_own(p->tx_fbox + at);
+    }
+}
 /* The same for a cell of `bytes` bytes (its header included) in an
  * FBOX_CELL entry; *pos is what ivshm__publish needs (FBOX_POS). */
 struct cell *ivshm__fbox_claim(struct peer *p, uint32_t bytes, uint64_t *pos);
@@ -485,6 +513,10 @@ static inline bool ivshm__fbox_idle(ivshm_ep_t *ep)
 
 /* chan_frag.c */
 int ivshm__frag_take(ivshm_ep_t *ep);
+/* Takes the first `bytes` of the fragment the next take looks at first
+ * into our cache for writing, if it is free (a hint: its receiver read
+ * its lines at its last loan, a copy would take them one by one). */
+void ivshm__frag_own_next(ivshm_ep_t *ep, uint32_t bytes);
 /* Lends fragment f to peer idx: returns the lend number the cell carries. */
 uint64_t ivshm__frag_lend(ivshm_ep_t *ep, int f, uint32_t idx);
 /* Acknowledges lend `lend` of fragment f in a sender's table (receiver,
