@@ -124,6 +124,7 @@ ivshm_status_t ivshm_ep_create(ivshm_domain_t *d, int index,
         goto err_free;
     ep->handler = handler;
     ep->harg = arg;
+    ep->own_ahead = ivshm__cpu_prefetchw();
     ep->notifier = (ivshm_notifier_t){poll_ring, ivshm__poll_wait, NULL};
     ep->peers = calloc(d->max_eps, sizeof(*ep->peers));
     ep->active = calloc(ep->cfg.fbox_budget + 1, sizeof(*ep->active));

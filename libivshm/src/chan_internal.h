@@ -249,6 +249,7 @@ struct ivshm_ep {
                               peer does not free it (cancel/commit do) */
     uint32_t frag_next;
     uint64_t frag_check_ns; /* last look for fragments of gone peers */
+    bool own_ahead; /* PREFETCHW takes lines ahead (ivshm__prefetch_own) */
     ivshm_msg_handler_t handler;
     ivshm_whole_handler_t whole; /* whole messages, where set */
     void *harg;
@@ -431,8 +432,8 @@ static inline void ivshm__fbox_zero_ahead(struct peer *p)
 }
 /* Asks for the line at `at` in our cache, ready to be written (a hint:
  * no store, no fault). x86-64's PREFETCHW, emitted whatever the target
- * flags say (without -mprfchw GCC would turn the builtin's write hint
- * into a read); processors without it take it as a no-op. */
+ * flags say (without -mprfchw GCC turns the builtin's write hint into a
+ * read); only where the processor has it (ep->own_ahead). */
 static inline void ivshm__prefetch_own(const char *at)
 {
 #if defined(__x86_64__)
@@ -449,13 +450,15 @@ static inline void ivshm__prefetch_own(const char *at)
 static inline void ivshm__fbox_own_ahead(struct peer *p, uint32_t bytes)
 {
     uint64_t pos = p->tx_fbox_pos;
-    uint32_t off = p->tx_fbox_off, ring = p->tx_fbox_ring;
-    for (uint64_t x = p->tx_fbox_zeroed; x < pos + bytes; x += 64) {
-        uint64_t at = off + (x - pos);
-        if (at >= ring || x - p->tx_fbox_tail >= ring)
-            break; /* the ring's start is every lap's; beyond: not free */
-        ivshm__prefetch_own(p->tx_fbox + at);
-    }
+    uint64_t lap = pos - p->tx_fbox_off; /* where this lap began */
+    uint64_t end = pos + bytes;
+    if (end > lap + p->tx_fbox_ring)
+        end = lap + p->tx_fbox_ring; /* the ring's start is every lap's */
+    if (end > p->tx_fbox_tail + p->tx_fbox_ring)
+        end = p->tx_fbox_tail + p->tx_fbox_ring; /* beyond: not free */
+    uint64_t x = p->tx_fbox_zeroed > pos ? p->tx_fbox_zeroed : pos;
+    for (; x < end; x += 64)
+        ivshm__prefetch_own(p->tx_fbox + (x - lap));
 }
 /* The same for a cell of `bytes` bytes (its header included) in an
  * FBOX_CELL entry; *pos is what ivshm__publish needs (FBOX_POS). */

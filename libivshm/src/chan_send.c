@@ -223,7 +223,7 @@ HOT bool send_msg_box(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
     count_sent(ep, (uint32_t)len);
     wake(ep, p, idx);
     ivshm__fbox_zero_ahead(p); /* after the wake-up's fence (N0) */
-    if (len + 8 > FBOX_AHEAD)
+    if (len + 8 > FBOX_AHEAD && ep->own_ahead)
         ivshm__fbox_own_ahead(p, (uint32_t)len + 72);
     return true;
 }
@@ -375,7 +375,8 @@ static ivshm_status_t send_frag(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
     IVSHM_TEST_STEP("lend");
     ivshm__publish(ep, p, idx, c, pos, CELL_FRAG, tag, head_len + body_len,
                    offset, total, (uint32_t)f, lend);
-    ivshm__frag_own_next(ep, head_len + body_len);
+    if (ep->own_ahead)
+        ivshm__frag_own_next(ep, head_len + body_len);
     return IVSHM_OK;
 }
 

@@ -248,6 +248,8 @@ uint64_t ivshm__fnv1a(const void *p, size_t n, uint64_t h);
 #define IVSHM_FNV_INIT 0xcbf29ce484222325ull
 uint64_t ivshm__now_ns(void);      /* CLOCK_REALTIME, comparable across VMs */
 uint64_t ivshm__mono_ns(void);     /* CLOCK_MONOTONIC, local waits */
+/* Does this processor take PREFETCHW (a prefetch for writing)? */
+bool ivshm__cpu_prefetchw(void);
 static inline uint64_t ivshm__ms_to_ns(uint64_t ms)
 {
     return ms * 1000000ull;

@@ -471,6 +471,38 @@ static uint16_t sent_form(ivshm_ep_t *rx, uint64_t pos)
     return c->type;
 }
 
+/* Lines are taken ahead with PREFETCHW only where the processor has it:
+ * the CPUID bit the library reads agrees with the kernel's flag
+ * (3dnowprefetch in /proc/cpuinfo), and every endpoint follows it. */
+static void test_prefetchw_gate(void **state)
+{
+    (void)state;
+#if defined(__x86_64__) && defined(__linux__)
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    assert_non_null(f);
+    char line[8192];
+    int flags = 0, has = 0;
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, "flags", 5) == 0) {
+            flags = 1;
+            has = strstr(line, " 3dnowprefetch") != NULL;
+            break;
+        }
+    fclose(f);
+    assert_true(flags);
+    assert_int_equal(ivshm__cpu_prefetchw(), has);
+#else
+    assert_true(ivshm__cpu_prefetchw());
+#endif
+    ivshm_ep_t *a, *b;
+    int got = 0;
+    make_pair(NULL, nop_handler, &got, NULL, &a, &b);
+    assert_int_equal(a->own_ahead, ivshm__cpu_prefetchw());
+    assert_int_equal(b->own_ahead, ivshm__cpu_prefetchw());
+    ivshm_ep_destroy(b);
+    ivshm_ep_destroy(a);
+}
+
 /* A two-part send refused for its length (more than a fragment, or two
  * lengths whose sum wraps) leaves the peer as it was: not even the ask for a fast box that a first send
  * past the threshold makes is published. */
@@ -1723,6 +1755,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_whole_handler, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fbox_usual_takes_only_next, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_prefetchw_gate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_send2_no_effect, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fbox_msg_too_long, setup,
