@@ -442,11 +442,12 @@ static inline void ivshm__prefetch_own(const char *at)
     __builtin_prefetch(at, 1, 3);
 #endif
 }
-/* Takes the free lines of the box that the next `bytes` after the write
- * position span beyond the zeroing ahead (before the ring's end) into
- * our cache for writing, so that a long message's next one of its size
- * is copied into lines that are ours, not taken one by one from the
- * receiver that read them a lap before. */
+/* Takes the lines of the box that the next `bytes` after the write
+ * position span beyond the zeroing ahead into our cache for writing
+ * (those that start before the ring's end and before what the tail we
+ * cached frees), so that a long message's next one of its size is copied
+ * into lines that are ours, not taken one by one from the receiver that
+ * read them a lap before. */
 static inline void ivshm__fbox_own_ahead(struct peer *p, uint32_t bytes)
 {
     uint64_t pos = p->tx_fbox_pos;
@@ -457,6 +458,11 @@ static inline void ivshm__fbox_own_ahead(struct peer *p, uint32_t bytes)
     if (end > p->tx_fbox_tail + p->tx_fbox_ring)
         end = p->tx_fbox_tail + p->tx_fbox_ring; /* beyond: not free */
     uint64_t x = p->tx_fbox_zeroed > pos ? p->tx_fbox_zeroed : pos;
+    if (__builtin_expect(ivshm__test_own != NULL, 0)) {
+        if (x < end)
+            ivshm__test_own(p->tx_fbox + (x - lap), p->tx_fbox + (end - lap));
+        return;
+    }
     for (; x < end; x += 64)
         ivshm__prefetch_own(p->tx_fbox + (x - lap));
 }
@@ -516,9 +522,10 @@ static inline bool ivshm__fbox_idle(ivshm_ep_t *ep)
 
 /* chan_frag.c */
 int ivshm__frag_take(ivshm_ep_t *ep);
-/* Takes the first `bytes` of the fragment the next take looks at first
- * into our cache for writing, if it is free (a hint: its receiver read
- * its lines at its last loan, a copy would take them one by one). */
+/* Takes the first `bytes` (at most FRAG_OWN_MAX) of the fragment the
+ * next take looks at first into our cache for writing, if it is free (a
+ * hint: its receiver read its lines at its last loan, a copy would take
+ * them one by one). */
 void ivshm__frag_own_next(ivshm_ep_t *ep, uint32_t bytes);
 /* Lends fragment f to peer idx: returns the lend number the cell carries. */
 uint64_t ivshm__frag_lend(ivshm_ep_t *ep, int f, uint32_t idx);

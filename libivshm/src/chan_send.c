@@ -223,8 +223,8 @@ HOT bool send_msg_box(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
     count_sent(ep, (uint32_t)len);
     wake(ep, p, idx);
     ivshm__fbox_zero_ahead(p); /* after the wake-up's fence (N0) */
-    if (len + 8 > FBOX_AHEAD && ep->own_ahead)
-        ivshm__fbox_own_ahead(p, (uint32_t)len + 72);
+    if (len + 8 > FBOX_AHEAD && ep->own_ahead) /* its word, its terminator */
+        ivshm__fbox_own_ahead(p, 8 + (uint32_t)len + 64);
     return true;
 }
 
@@ -437,12 +437,12 @@ ivshm_status_t ivshm_ep_try_send2(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
                                   const void *body, size_t body_len)
 {
     size_t len = head_len + body_len;
-    if (__builtin_expect(len < head_len, 0))
-        return over_any(head_len, body_len); /* the sum wrapped */
     struct peer *p = NULL;
-    ivshm_status_t st = tx_peer(ep, peer, &p);
+    ivshm_status_t st = tx_peer(ep, peer, &p); /* the peer's error first */
     if (st != IVSHM_OK)
         return st;
+    if (__builtin_expect(len < head_len, 0))
+        return over_any(head_len, body_len); /* the sum wrapped */
     /* a message the box takes is shorter than any fragment, so the bound
      * is checked only where the box did not take it; before tx_begin's
      * ask for a box (a box is used only once asked for and granted), so

@@ -248,8 +248,14 @@ uint64_t ivshm__fnv1a(const void *p, size_t n, uint64_t h);
 #define IVSHM_FNV_INIT 0xcbf29ce484222325ull
 uint64_t ivshm__now_ns(void);      /* CLOCK_REALTIME, comparable across VMs */
 uint64_t ivshm__mono_ns(void);     /* CLOCK_MONOTONIC, local waits */
-/* Does this processor take PREFETCHW (a prefetch for writing)? */
+/* Should lines be taken ahead for writing (ivshm__prefetch_own): has
+ * this processor PREFETCHW, or the architecture a write hint? */
 bool ivshm__cpu_prefetchw(void);
+/* Test seam (tests/unit/test_chan.c): where set, the channel reports each
+ * span it would take ahead for writing (ivshm__fbox_own_ahead,
+ * ivshm__frag_own_next) here instead of prefetching it; NULL in
+ * production. */
+extern void (*ivshm__test_own)(const char *from, const char *to);
 static inline uint64_t ivshm__ms_to_ns(uint64_t ms)
 {
     return ms * 1000000ull;

@@ -45,8 +45,10 @@ bool ivshm__cpu_prefetchw(void)
     unsigned a, b, c, d;
     /* CPUID 0x80000001, ECX bit 8: PREFETCHW (PRFCHW, 3DNowPrefetch) */
     return __get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 8));
+#elif defined(__i386__)
+    return false; /* no instruction emitted for it: the loops would be idle */
 #else
-    return true; /* the compiler's write hint, a no-op where none exists */
+    return true; /* the compiler's write hint (e.g. PRFM PSTL1KEEP) */
 #endif
 }
 uint64_t ivshm__mono_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
@@ -156,6 +158,7 @@ static void read_small(const char *path, char *buf, size_t n)
 }
 
 void (*ivshm__test_step)(const char *step);
+void (*ivshm__test_own)(const char *from, const char *to);
 
 uint64_t ivshm_vm_id(void)
 {
