@@ -30,6 +30,13 @@
         assert_true(cond);                                                   \
     } while (0)
 
+/* n bytes of a pattern that differs from test to test. */
+static void fill_pattern(char *buf, size_t n, unsigned mul, unsigned add)
+{
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (char)(i * mul + add);
+}
+
 static char path[256];
 static ivshm_region_t *reg;
 static ivshm_domain_t *dom;
@@ -540,8 +547,7 @@ static void test_cell_forms(void **state)
     (void)state;
     const uint32_t sizes[] = {128, 256, 1024};
     char src[70000];
-    for (size_t i = 0; i < sizeof(src); i++)
-        src[i] = (char)(i * 13 + 5);
+    fill_pattern(src, sizeof(src), 13, 5);
     for (unsigned si = 0; si < 3; si++) {
         uint32_t C = sizes[si];
         ivshm_ep_config_t rc, tc;
@@ -682,13 +688,6 @@ static ivshm_ep_config_t mpi_box_config(void)
     return cfg;
 }
 
-/* n bytes of a pattern that differs from test to test. */
-static void fill_pattern(char *buf, size_t n, unsigned mul, unsigned add)
-{
-    for (size_t i = 0; i < n; i++)
-        buf[i] = (char)(i * mul + add);
-}
-
 /* Sends 1-byte messages until the receiver granted the sender a box;
  * returns the sender's record of the receiver. */
 static struct peer *box_granted(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t peer,
@@ -793,8 +792,7 @@ static void test_whole_handler(void **state)
     ivshm_ep_set_whole_handler(a, whole_handler);
     uint32_t from = ivshm_ep_index(b);
     char src[1024];
-    for (size_t i = 0; i < sizeof(src); i++)
-        src[i] = (char)(i * 7 + 3);
+    fill_pattern(src, sizeof(src), 7, 3);
     /* the FIFO, before the box: each form of cell (1000 bytes: a
      * fragment, the cells being 256) */
     const uint32_t lens[] = {0, 1, 8, 40, 150, 200};
@@ -860,8 +858,7 @@ static void test_fbox_usual_takes_only_next(void **state)
     ivshm_ep_config_t cfg = box_config();
     static struct forms got;
     char src[64];
-    for (size_t i = 0; i < sizeof(src); i++)
-        src[i] = (char)(i * 5 + 1);
+    fill_pattern(src, sizeof(src), 5, 1);
     for (int part = 0; part < 2; part++) {
         memset(&got, 0, sizeof(got));
         ivshm_ep_t *a, *b;
@@ -1036,8 +1033,7 @@ static void test_fbox_entries(void **state)
     static struct forms got;
     memset(&got, 0, sizeof(got));
     char src[4096];
-    for (size_t i = 0; i < sizeof(src); i++)
-        src[i] = (char)(i * 7 + 3);
+    fill_pattern(src, sizeof(src), 7, 3);
     ivshm_ep_t *a, *b;
     uint32_t peer = make_pair(&cfg, forms_handler, &got, &cfg, &a, &b);
     struct peer *tp = box_granted(a, b, peer, &got);
@@ -1228,8 +1224,7 @@ static void test_fbox_long_messages(void **state)
     static struct forms got;
     memset(&got, 0, sizeof(got));
     static char src[2048];
-    for (size_t i = 0; i < sizeof(src); i++)
-        src[i] = (char)(i * 11 + 1);
+    fill_pattern(src, sizeof(src), 11, 1);
     ivshm_ep_t *a, *b;
     uint32_t peer = make_pair(&cfg, forms_handler, &got, &cfg, &a, &b);
     struct peer *tp = box_granted(a, b, peer, &got);
@@ -1362,8 +1357,7 @@ static void test_fbox_msg_limit(void **state)
 
     static struct forms got;
     static char src[4200];
-    for (size_t i = 0; i < sizeof(src); i++)
-        src[i] = (char)(i * 13 + 5);
+    fill_pattern(src, sizeof(src), 13, 5);
     dflt.fbox_threshold = 2;
     /* 0: both alike; 1: the receiver's box smaller (9 cells of 1088: a
      * cell's room); 2: larger (the sender has cells of 256 and a box of
