@@ -19,15 +19,17 @@
 #include "internal.h"
 #include "ivshm/channel.h"
 
-#define CTL_MAGIC 0x354c5443484d5649ull /* "IVMHCTL5": this layout */
+#define CTL_MAGIC 0x364c5443484d5649ull /* "IVMHCTL6": this layout */
 /* earlier layouts, refused by name: "IVMHCTL1" (libivshm <= 0.3),
  * "IVMHCTL2" (cells without the short form), "IVMHCTL3" (fast boxes of
- * fixed cells) and "IVMHCTL4" (box messages no longer than a cell's
- * inline room) */
+ * fixed cells), "IVMHCTL4" (box messages no longer than a cell's inline
+ * room) and "IVMHCTL5" (a box entry packed where the next one of its
+ * size would cross a line) */
 #define CTL_MAGIC_OLD(m)                                                     \
     ((m) == 0x314c5443484d5649ull || (m) == 0x324c5443484d5649ull ||         \
-     (m) == 0x334c5443484d5649ull || (m) == 0x344c5443484d5649ull)
-#define CTL_LAYOUT 5u
+     (m) == 0x334c5443484d5649ull || (m) == 0x344c5443484d5649ull ||         \
+     (m) == 0x354c5443484d5649ull)
+#define CTL_LAYOUT 6u
 #define DIR_ENTRY_SIZE 64u
 #define MAX_EPS_LIMIT 65535u
 
@@ -202,13 +204,17 @@ enum fbox_kind {
  * off: 16-byte packing within a line; an entry that crosses a line ends
  * on a line's end, so that no later entry shares its last line (a reader
  * of that line would take it from the writer of the next entry: 128-512
- * byte messages were 15-20 % slower packed without this rule). */
+ * byte messages were 15-20 % slower packed without this rule). An entry
+ * that fits in its line keeps the rest of the line too where the rest is
+ * shorter than the entry (layout 6): the next entry of the same size
+ * would cross into the next line, and a reader would wait for two lines
+ * instead of one (docs/channels.md, "Entries that would cross a line"). */
 static inline uint32_t fbox_entry_size(uint32_t off, uint32_t len)
 {
     uint32_t raw = (len + 8u + FBOX_ALIGN - 1) & ~(FBOX_ALIGN - 1);
     uint32_t in_line = off & 63u;
     if (in_line + raw <= 64u)
-        return raw;
+        return 64u - in_line - raw < raw ? 64u - in_line : raw;
     return ((off + raw + 63u) & ~63u) - off;
 }
 

@@ -641,9 +641,9 @@ static void test_cell_forms(void **state)
         ivshm_ep_destroy(b);
         ivshm_ep_destroy(a);
     }
-    /* a peer that publishes an earlier channel layout ("IVMHCTL2", and
-     * the one before this, "IVMHCTL4") */
-    for (char layout = '2'; layout <= '4'; layout += 2) {
+    /* a peer that publishes an earlier channel layout ("IVMHCTL2", "IVMHCTL4"
+     * and the one before this, "IVMHCTL5") */
+    for (char layout = '2'; layout <= '5'; layout += layout == '2' ? 2 : 1) {
         ivshm_ep_t *a, *b;
         assert_int_equal(ivshm_ep_create(dom, 0, NULL, nop_handler, NULL, &a),
                          IVSHM_OK);
@@ -1080,6 +1080,29 @@ static void test_fbox_entries(void **state)
     box_roundtrip(a, b, peer, &got, src, 100, 1);
     /* from 96, 112 bytes cross into the next line: to its end */
     assert_int_equal(tp->tx_fbox_off, line + 256);
+    /* layout 6: an entry keeps the rest of its line where the next one of
+     * its size would not fit there. 40-byte messages (48-byte entries)
+     * take a line each, 8-byte ones (16) pack four to a line, a 24-byte
+     * one (32) after an 8-byte one keeps the line's last 48 bytes, and a
+     * 40-byte one after an 8-byte one fills its line exactly. */
+    while (tp->tx_fbox_off % 64 || tp->tx_fbox_off + 384 > ring)
+        box_roundtrip(a, b, peer, &got, src, 40, 1);
+    line = tp->tx_fbox_off;
+    for (uint32_t i = 1; i <= 2; i++) {
+        box_roundtrip(a, b, peer, &got, src, 40, 1);
+        assert_int_equal(tp->tx_fbox_off, line + i * 64);
+    }
+    for (uint32_t i = 1; i <= 4; i++) {
+        box_roundtrip(a, b, peer, &got, src, 8, 1);
+        assert_int_equal(tp->tx_fbox_off, line + 128 + i * 16);
+    }
+    box_roundtrip(a, b, peer, &got, src, 8, 1);
+    box_roundtrip(a, b, peer, &got, src, 24, 1);
+    assert_int_equal(tp->tx_fbox_off, line + 256);
+    box_roundtrip(a, b, peer, &got, src, 8, 1);
+    box_roundtrip(a, b, peer, &got, src, 40, 1);
+    assert_int_equal(tp->tx_fbox_off, line + 320);
+    assert_memory_equal(got.buf, src, 40);
 
     /* a window of fbox_cells messages of a whole cell fits the box from
      * any place in the ring (a lap's skipped end included): none goes to
