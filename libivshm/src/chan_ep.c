@@ -330,6 +330,8 @@ static bool become_blocking(ivshm_ep_t *ep)
 
 ivshm_status_t ivshm_ep_wait(ivshm_ep_t *ep, int timeout_ms)
 {
+    if (ep->in_handler)
+        return IVSHM_ERR_AGAIN; /* nothing can come before it returns */
     ivshm_status_t st = ivshm__lease_held(ep->r);
     if (st != IVSHM_OK)
         return st;

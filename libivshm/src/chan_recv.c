@@ -127,6 +127,12 @@ liveness:
  * a reply, make most of their calls such. */
 int ivshm_ep_progress(ivshm_ep_t *ep)
 {
+    /* A handler's own call delivers nothing: the pass it is in has not
+     * moved past the piece being handled, so a nested pass would deliver
+     * from the same place (a piece twice, or one skipped: the FIFO lost
+     * one that way). The pass goes on once the handler returns. */
+    if (__builtin_expect(ep->in_handler, 0))
+        return 0;
     ++ep->polls;
     enum first_look look =
         ivshm__lease_held(ep->r) != IVSHM_OK ? LOOK_LEASE_LOST

@@ -217,11 +217,15 @@ ivshm_status_t ivshm_ep_peer_alive(ivshm_ep_t *ep, uint32_t peer);
 ivshm_status_t ivshm_ep_peer_silence(ivshm_ep_t *ep, uint32_t peer,
                                      uint64_t *silent_ms);
 
-/* Handles up to cfg.max_per_poll received pieces; returns how many. */
+/* Handles up to cfg.max_per_poll received pieces; returns how many.
+ * Called from inside a handler it handles nothing and returns 0: the
+ * pieces after the one being handled come, in order, once the handler
+ * has returned. */
 int ivshm_ep_progress(ivshm_ep_t *ep);
 /* Blocks until something arrives or timeout_ms passes (-1: forever):
  * arms the wake-up bit, re-checks, then waits on the notifier. Returns
- * IVSHM_OK or IVSHM_ERR_AGAIN on timeout. */
+ * IVSHM_OK or IVSHM_ERR_AGAIN on timeout; IVSHM_ERR_AGAIN at once from
+ * inside a handler, where nothing is delivered (ivshm_ep_progress). */
 ivshm_status_t ivshm_ep_wait(ivshm_ep_t *ep, int timeout_ms);
 /* The same wait from the caller's own poll loop (an event fd, as UCT's
  * iface_event_fd_get/event_arm). ivshm_ep_event_fd: a file descriptor
