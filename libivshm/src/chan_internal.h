@@ -550,6 +550,20 @@ static inline void ivshm__hand_over_end(ivshm_ep_t *ep)
 {
     ep->in_handler = false;
 }
+/* The event handler, called as a handler: it may run in the middle of a
+ * pass (a lender found gone while its piece is delivered, an abandoned
+ * claim among the parked cells), so its own progress must not start
+ * another pass (ivshm_ep_progress). It may also come from a message
+ * handler's send: the flag is restored, not cleared. */
+static inline void ivshm__event(ivshm_ep_t *ep, int kind, uint32_t peer)
+{
+    if (!ep->ev)
+        return;
+    bool was = ep->in_handler;
+    ep->in_handler = true;
+    ep->ev(ep->earg, kind, peer);
+    ep->in_handler = was;
+}
 /* The piece goes to the handler: a whole message to the whole handler
  * where one is set (inline: a fast box's poll hands over its usual entry
  * itself, ivshm__hand_over_msg). */

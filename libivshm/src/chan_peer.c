@@ -213,8 +213,7 @@ void ivshm__peer_died(ivshm_ep_t *ep, uint32_t idx)
      * is still delivered */
     ivshm__frag_reclaim(ep, idx);
     BUMP(ep, dead_peers, 1);
-    if (ep->ev)
-        ep->ev(ep->earg, IVSHM_EV_PEER_DEAD, idx);
+    ivshm__event(ep, IVSHM_EV_PEER_DEAD, idx);
 }
 
 ivshm_status_t ivshm_ep_peer_holds(ivshm_ep_t *ep, uint32_t peer,

@@ -57,8 +57,7 @@ static __attribute__((noinline)) int progress_pass(ivshm_ep_t *ep,
         /* our memory may be someone else's now: touch nothing */
         if (!ep->lease_reported) {
             ep->lease_reported = true;
-            if (ep->ev)
-                ep->ev(ep->earg, IVSHM_EV_LEASE_LOST, ep->index);
+            ivshm__event(ep, IVSHM_EV_LEASE_LOST, ep->index);
         }
         return 0;
     }

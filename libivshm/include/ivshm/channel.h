@@ -94,6 +94,9 @@ enum ivshm_event_kind {
      * later call fails with IVSHM_ERR_LEASE_LOST; peer is our own index */
     IVSHM_EV_LEASE_LOST = 2,
 };
+/* An event handler is a handler as the message handlers are: it may run
+ * in the middle of a progress pass, and its own ivshm_ep_progress
+ * delivers nothing. */
 typedef void (*ivshm_event_handler_t)(void *arg, int kind, uint32_t peer);
 
 /* Creates an endpoint at directory index `index` (or any free one with
