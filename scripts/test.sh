@@ -8,9 +8,13 @@
 set -eu
 cd "$(dirname "$0")/.."
 top=$(pwd)
+t0=$(date +%s)
 sh scripts/install-deps.sh
 autoreconf -fi >/dev/null 2>&1 || autoreconf -fi
 jobs=$(nproc 2>/dev/null || echo 2)
+stage() { # NAME: a stage begins; the seconds since this command began
+    echo "=== $* (at $(($(date +%s) - t0)) s)"
+}
 
 # Every tier is listed at the end as ran or not run (with the reason). A
 # tier this machine can run (the README's: root, Open MPI, QEMU, network
@@ -26,7 +30,7 @@ tier() { # NAME STATUS: one line of the closing summary
 }
 total_pass=0 total_fail=0 total_skip=0
 summary() {
-    echo "=== tiers"
+    stage "tiers"
     cat "$tiers"
     total_skip=$(grep -c ' not run' "$tiers" || true)
     echo "$total_pass passed, $total_fail failed, $total_skip skipped"
@@ -119,7 +123,7 @@ require_configured() {
 # run_build NAME REQUIRE_ALL CONFIGURE_ARGS...
 run_build() {
     name=$1 require=$2; shift 2
-    echo "=== build: $name"
+    stage "build: $name"
     rm -rf "$top/_build-$name"
     mkdir -p "$top/_build-$name"
     cd "$top/_build-$name"
@@ -140,7 +144,7 @@ require_configured release "cmocka unit tests" "libFuzzer" "Open MPI component" 
 check_results release "" "unit mp fuzz cli server simvm qemu qemu-mpi guest-admin pkg"
 # the components also compile against Open MPI 5.x (Debian 13's headers,
 # from Debian's archive, which CI reaches)
-echo "=== Open MPI 5.x compile check"
+stage "Open MPI 5.x compile check"
 sh scripts/check-ompi5.sh >"$top/_build-release/ompi5.out" 2>&1 || { cat "$top/_build-release/ompi5.out"; die "Open MPI 5 compile check"; }
 cat "$top/_build-release/ompi5.out"
 tier "Open MPI 5 compile check" "ran ($(grep -c 'check-ompi5: ok' "$top/_build-release/ompi5.out") files)"
@@ -148,7 +152,7 @@ grep '^check-ompi5: not run: ' "$top/_build-release/ompi5.out" | sed 's/^check-o
     tier "Open MPI 5 compile check" "$l"; done
 # Debian 13 (Open MPI 5.0): a trixie root made by debootstrap (cached in
 # /var/cache/libivshm/trixie-root), the build and the launch tests in it
-echo "=== Debian 13 (Open MPI 5.0)"
+stage "Debian 13 (Open MPI 5.0)"
 sh scripts/test-debian13.sh >"$top/_build-release/deb13.out" 2>&1 || {
     cat "$top/_build-release/deb13.out"; die "Debian 13 (Open MPI 5.0) tier"; }
 cat "$top/_build-release/deb13.out"
@@ -168,7 +172,7 @@ check_results asan "tests/cli/test_docs" "unit mp fuzz cli server"
 tier "MPI and guest tiers [asan]" "not run: not in the sanitizer builds (an instrumented component cannot load into uninstrumented MPI processes; guests take static programs)"
 # ThreadSanitizer: the threaded channel tests (one mapping shared by
 # threads, so every access is visible to the sanitizer) and the BTL's lock
-echo "=== build: tsan"
+stage "build: tsan"
 rm -rf "$top/_build-tsan" && mkdir -p "$top/_build-tsan" && cd "$top/_build-tsan"
 "$top/configure" --enable-werror --disable-shared --without-ompi --disable-guest-tests CFLAGS="-O1 -g -fsanitize=thread" \
     LDFLAGS="-fsanitize=thread" >configure.out 2>&1 || { cat configure.out; die "tsan: configure"; }
@@ -180,7 +184,7 @@ cd "$top"
 # UBSan over the region heap (libivshm-heap.so, a shared object that
 # replaces malloc): ASan and TSan bring a malloc of their own, so the heap
 # and its test get a shared build with UBSan alone
-echo "=== build: ubsan (region heap)"
+stage "build: ubsan (region heap)"
 rm -rf "$top/_build-ubsan" && mkdir -p "$top/_build-ubsan" && cd "$top/_build-ubsan"
 "$top/configure" --enable-werror --without-ompi --disable-guest-tests \
     CFLAGS="-O1 -g -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
@@ -190,7 +194,7 @@ UBSAN_OPTIONS=print_stacktrace=1 timeout 600 ./tests/mp/test_heap || die "ubsan:
 tier "UBSan heap" "ran (test_heap)"
 cd "$top"
 if [ "${IVSHM_SKIP_DISTCHECK:-0}" != 1 ]; then
-    echo "=== make distcheck"
+    stage "make distcheck"
     (cd "$top/_build-release" && make -j"$jobs" distcheck >distcheck.out 2>&1) || {
         tail -60 "$top/_build-release/distcheck.out"; die "distcheck"; }
     grep -E "archives ready|^libivshm-.*tar.gz" "$top/_build-release/distcheck.out" || true
@@ -201,7 +205,7 @@ fi
 # the tests themselves: every mutation listed in a MUTATIONS file must make
 # its tests fail (README, Building)
 if [ "${IVSHM_SKIP_MUTATE:-0}" != 1 ]; then
-    echo "=== mutation checks (scripts/mutate.py)"
+    stage "mutation checks (scripts/mutate.py)"
     python3 scripts/mutate.py >"$top/_build-release/mutate.out" 2>&1 || {
         cat "$top/_build-release/mutate.out"; die "mutation checks: a mutation survived or the copy failed"; }
     cat "$top/_build-release/mutate.out"
@@ -209,5 +213,5 @@ if [ "${IVSHM_SKIP_MUTATE:-0}" != 1 ]; then
 else
     tier "mutation checks" "not run (IVSHM_SKIP_MUTATE=1)"
 fi
-echo "=== all test builds passed"
+stage "all test builds passed"
 summary
