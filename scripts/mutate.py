@@ -263,7 +263,8 @@ def main():
             survived.append(m)
             print("SURVIVED  %-28s %s passed: %s" % (m.name,
                   " ".join(m.tests), m.why), flush=True)
-    sh("make -j%d" % jobs, build, log)  # leave the copy as it was
+    if args.keep:
+        sh("make -j%d" % jobs, build, log)  # leave the copy as it was
     print("mutations: %d caught, %d survived%s, in %.0f s" % (
         caught, len(survived),
         ", %d do not build" % len(broken) if broken else "",
