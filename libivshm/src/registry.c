@@ -15,6 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* How long a renewal waits for a reclaimer to back off (L1) */
+#define RENEW_WAIT_NS 5000000000ull
+
 ivshm_status_t ivshm__require_attached(const ivshm_region_t *r)
 {
     if (!r->valid)
@@ -218,7 +221,12 @@ ivshm_status_t ivshm_lease_renew(ivshm_region_t *r)
         uint64_t w = atomic_load(&s->word);
         if (w == SLOT_WORD(r->gen, SLOT_ALIVE))
             break;
-        if (w != SLOT_WORD(r->gen, SLOT_RECLAIMING) || spins > 100000)
+        /* a reclaimer that has not backed off within RENEW_WAIT_NS of
+         * our heartbeat has decided (or stopped where it cannot tell us):
+         * we give the lease up, by the clock rather than by a count of
+         * sleeps, whose length the machine decides */
+        if (w != SLOT_WORD(r->gen, SLOT_RECLAIMING) ||
+            ivshm__mono_ns() - mono > RENEW_WAIT_NS)
             return lease_lost(r);
         ivshm__backoff(&spins);
     }
