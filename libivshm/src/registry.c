@@ -15,9 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* How long a renewal waits for a reclaimer to back off (L1) */
-#define RENEW_WAIT_NS 5000000000ull
-
 ivshm_status_t ivshm__require_attached(const ivshm_region_t *r)
 {
     if (!r->valid)
@@ -216,17 +213,20 @@ ivshm_status_t ivshm_lease_renew(ivshm_region_t *r)
      * heartbeat and backs off, or we see its claim. */
     atomic_store(&s->heartbeat_ns, ivshm__now_ns());
     IVSHM_TEST_STEP("renew");
+    /* a reclaimer backs off while our heartbeat is younger than the lease
+     * timeout (L1): one that has not within that time of our heartbeat
+     * has decided, or stopped where it cannot tell us, and we give the
+     * lease up. By the clock, not by a count of sleeps, whose length the
+     * machine decides. */
+    uint64_t beat = ivshm__mono_ns();
+    uint64_t wait = ivshm__ms_to_ns(r->g.lease_timeout_ms);
     unsigned spins = 0;
     for (;;) {
         uint64_t w = atomic_load(&s->word);
         if (w == SLOT_WORD(r->gen, SLOT_ALIVE))
             break;
-        /* a reclaimer that has not backed off within RENEW_WAIT_NS of
-         * our heartbeat has decided (or stopped where it cannot tell us):
-         * we give the lease up, by the clock rather than by a count of
-         * sleeps, whose length the machine decides */
         if (w != SLOT_WORD(r->gen, SLOT_RECLAIMING) ||
-            ivshm__mono_ns() - mono > RENEW_WAIT_NS)
+            ivshm__mono_ns() - beat > wait)
             return lease_lost(r);
         ivshm__backoff(&spins);
     }

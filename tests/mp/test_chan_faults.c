@@ -667,11 +667,11 @@ static void test_send_after_reclaimer_died(void **state)
     forked_pair_close(&fp);
 }
 
-/* Our own slot reads "reclaiming" until our lease renewal gives up, after
- * 5 s by the clock (IVSHM_ERR_LEASE_LOST, sticky); then the reclaimer
- * backs off and the slot reads alive again. Nothing else ended: the loss
- * itself is counted, so the next send fails instead of going on under a
- * lost lease. */
+/* Our own slot reads "reclaiming" until our lease renewal gives up, one
+ * lease timeout (5 s here) after its heartbeat by the clock
+ * (IVSHM_ERR_LEASE_LOST, sticky); then the reclaimer backs off and the
+ * slot reads alive again. Nothing else ended: the loss itself is counted,
+ * so the next send fails instead of going on under a lost lease. */
 static void test_send_after_lease_given_up(void **state)
 {
     (void)state;
@@ -690,7 +690,7 @@ static void test_send_after_lease_given_up(void **state)
     double start = tu_now_s();
     while (ivshm_lease_renew(sp.vs.r) != IVSHM_ERR_LEASE_LOST)
         assert_true(tu_now_s() < start + 60);
-    /* it waited for the reclaimer to back off: 5 s by the clock */
+    /* it waited for the reclaimer to back off: the 5 s lease timeout */
     double waited = tu_now_s() - start;
     assert_true(waited > 4.9);
     assert_true(waited < 30);
