@@ -285,15 +285,14 @@ def main():
             survived.append(m)
             print("SURVIVED  %-28s %s passed: %s" % (m.name,
                   " ".join(m.tests), m.why), flush=True)
-    if args.keep:
-        # the built parts without the last bug (test programs are rebuilt
-        # when make next builds them)
-        sh("make -j%d" % jobs, build, log)
     print("mutations: %d caught, %d survived%s, in %.0f s" % (
         caught, len(survived),
         ", %d do not build" % len(broken) if broken else "",
         time.time() - start))
     if args.keep:
+        # the built parts without the last bug (test programs are rebuilt
+        # when make next builds them)
+        sh("make -j%d" % jobs, build, log)
         print("mutate: kept %s" % work)
     else:
         shutil.rmtree(work)
