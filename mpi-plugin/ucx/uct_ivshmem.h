@@ -211,11 +211,10 @@ int uct_ivshmem_iface_has_event_fd(uct_ivshmem_iface_t *iface);
 ucs_status_t uct_ivshmem_iface_event_fd_get(uct_iface_h tl_iface, int *fd_p);
 ucs_status_t uct_ivshmem_iface_event_arm(uct_iface_h tl_iface, unsigned events);
 /* Fails every endpoint to channel peer `peer` (every endpoint when peer
- * is UINT32_MAX) with status and tells UCX's error handler of each. */
-void uct_ivshmem_iface_fail_eps(uct_ivshmem_iface_t *iface, uint32_t peer,
-                                ucs_status_t status);
-/* The same, with UCX told on the next progress call: for a failure found
- * inside a send or a check, whose caller still holds the endpoint. */
+ * is UINT32_MAX) with status; UCX's error handler hears of each on the
+ * next progress call (uct_ivshmem_iface_report_fails), never inside the
+ * send, check or channel event that found the failure: their callers may
+ * still hold the endpoint. */
 void uct_ivshmem_iface_fail_eps_later(uct_ivshmem_iface_t *iface,
                                       uint32_t peer, ucs_status_t status);
 /* Tells UCX's error handler of each failed endpoint not reported yet. */

@@ -305,13 +305,6 @@ static void uct_ivshmem_iface_mark_failed(uct_ivshmem_iface_t *iface,
     }
 }
 
-void uct_ivshmem_iface_fail_eps(uct_ivshmem_iface_t *iface, uint32_t peer,
-                                ucs_status_t status)
-{
-    uct_ivshmem_iface_mark_failed(iface, peer, status);
-    uct_ivshmem_iface_report_fails(iface);
-}
-
 void uct_ivshmem_iface_fail_eps_later(uct_ivshmem_iface_t *iface,
                                       uint32_t peer, ucs_status_t status)
 {

@@ -90,7 +90,13 @@ static void uct_ivshmem_iface_rx(void *arg, const ivshm_msg_t *m)
  * endpoint (uct_ivshmem_ep_peer_check), which fails it once the silence
  * passes UCX_IVSHMEM_PEER_TIMEOUT. Our own lease reclaimed:
  * every endpoint fails with UCS_ERR_ENDPOINT_TIMEOUT (this process
- * stalled past the lease timeout and may not touch the region again). */
+ * stalled past the lease timeout and may not touch the region again).
+ * The channel calls this wherever it finds the loss: in our progress, but
+ * also inside a send (UCP's, from its own active-message handler or with
+ * the endpoint in hand), where UCP's error handler must not run: it may
+ * discard the endpoint the send is on. So the endpoints are marked here
+ * and UCX is told by uct_ivshmem_iface_progress, right after the channel's
+ * progress returns, or on the next call. */
 static void uct_ivshmem_iface_event(void *arg, int kind, uint32_t peer)
 {
     uct_ivshmem_iface_t *iface = arg;
@@ -98,12 +104,13 @@ static void uct_ivshmem_iface_event(void *arg, int kind, uint32_t peer)
         ucs_error("ivshmem: this process' lease in region %s was reclaimed "
                   "(stalled past the lease timeout): the transport stops",
                   iface->md->device);
-        uct_ivshmem_iface_fail_eps(iface, UINT32_MAX,
-                                   UCS_ERR_ENDPOINT_TIMEOUT);
+        uct_ivshmem_iface_fail_eps_later(iface, UINT32_MAX,
+                                         UCS_ERR_ENDPOINT_TIMEOUT);
     } else {
         ucs_diag("ivshmem: peer %u of region %s is gone", peer,
                  iface->md->device);
-        uct_ivshmem_iface_fail_eps(iface, peer, UCS_ERR_CONNECTION_RESET);
+        uct_ivshmem_iface_fail_eps_later(iface, peer,
+                                         UCS_ERR_CONNECTION_RESET);
     }
 }
 
@@ -227,7 +234,12 @@ void uct_ivshmem_peer_unpack(const uct_ivshmem_dev_addr_t *dev,
 /* Same region (UUID), and the peer's lease in it live, of the same
  * generation, in another VM (or this one, with SAME_VM): the region's
  * word, as for the BTL; host names and boot ids play no part. Both sides
- * must send messages of the same largest size (IVSHM_FRAG_SIZE alike). */
+ * must send messages of the same largest size (IVSHM_FRAG_SIZE alike).
+ * Last, as the BTL does, the peer's channel endpoint must connect: one of
+ * another libivshm (another channel layout, a geometry this library
+ * refuses) or a damaged one is not reached, so UCP weighs its other
+ * transports instead of failing uct_ep_create. Connecting twice is
+ * harmless: the endpoint keeps the record of that peer's life. */
 int uct_ivshmem_iface_reaches(uct_iface_h tl_iface,
                               const uct_device_addr_t *dev_addr,
                               const uct_iface_addr_t *iface_addr)
@@ -267,6 +279,18 @@ int uct_ivshmem_iface_reaches(uct_iface_h tl_iface,
     ivshm_locality_t loc = ivshm_peer_locality(iface->md->r, &id);
     int reached = loc == IVSHM_PEER_OTHER_VM ||
                   (loc == IVSHM_PEER_SAME_VM && iface->same_vm);
+    uint32_t chan_peer;
+    if (reached && ivshm_ep_connect(iface->chan, chan, sizeof(chan),
+                                    &chan_peer) != IVSHM_OK) {
+        /* said once per process, as UCP asks again for every lane */
+        static int said;
+        if (!said) {
+            said = 1;
+            ucs_warn("ivshmem: pid %u is not reached through the region: "
+                     "%s", id.pid, ivshm_last_error());
+        }
+        return 0;
+    }
     ucs_debug("ivshmem: pid %u (slot %u gen %u): %s, %s", id.pid, id.slot,
               id.gen, ivshm_locality_str(loc),
               reached ? "reachable" : "not reachable");

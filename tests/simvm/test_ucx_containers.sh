@@ -17,7 +17,12 @@
 #     leaves them to UCX's shared memory, which their IPC namespaces refuse,
 #     and tcp carries the job, checked, the region nothing;
 #  5. containers with a user namespace as well (root mapped): the region
-#     carries the checked payloads all the same.
+#     carries the checked payloads all the same;
+#  6. two processes of another channel layout (each one's control block
+#     says layout 5, as a libivshm older than this one writes it, once both
+#     workers are up): neither is reached through the region, each says
+#     why in one line, and tcp carries the checked payloads. Before, UCP
+#     took the region as reachable and ucp_ep_create failed.
 # UCX's rendezvous runs at its default: ucp_check's buffers are private
 # memory, which rendezvous moves by UCP's active-message pipeline through
 # the region (docs/ucx.md).
@@ -149,5 +154,52 @@ fi
 # ---- 5. user namespaces too
 ucp_pair "--user --map-root-user $CONTAINER" user
 carried user "with user namespaces too"
+
+# ---- 6. another channel layout on both sides
+# forge_layout FILE: once FILE holds two endpoints' control blocks (both
+# workers up), their magic "IVMHCTL6" (64-byte aligned) becomes "IVMHCTL5"
+forge_layout() {
+    python3 - "$1" <<'PY'
+import mmap, sys, time
+with open(sys.argv[1], "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+    for _ in range(300):
+        at, i = [], m.find(b"IVMHCTL6")
+        while i >= 0:
+            if i % 64 == 0:
+                at.append(i)
+            i = m.find(b"IVMHCTL6", i + 1)
+        if len(at) == 2:
+            for i in at:
+                m[i + 7:i + 8] = b"5"
+            sys.exit(0)
+        time.sleep(0.1)
+    print("forge_layout: %d control blocks, not 2" % len(at))
+    sys.exit(1)
+PY
+}
+# a new region file: no control block of the endpoints before is left
+# (a format keeps the bytes of the chunks)
+rm -f "$work/region"
+"$top_builddir/libivshm/tools/ivshm" format "file:$work/region" --size 64M >/dev/null
+: >"$work/forge.out"
+rm -f "$work/gate"
+forged=1
+( forge_layout "$work/region" >>"$work/forge.out" 2>&1 || forged=0
+  [ $forged = 0 ] || : >"$work/gate" ) &
+ucp_pair "$CONTAINER" layout UCP_CHECK_GATE="$work/gate"
+wait
+reason="ivshmem: pid [0-9]* is not reached through the region: endpoint [0-9]* uses channel layout 5"
+s0=$(sent "$work/layout.server") s1=$(sent "$work/layout.client")
+if [ -f "$work/gate" ] &&
+   grep -q "^ucp_check server: 33 sizes, 33 passed, 0 failed" "$work/layout.server" &&
+   grep -q "^ucp_check client: 33 sizes, 33 passed, 0 failed" "$work/layout.client" &&
+   [ "$(grep -c "$reason" "$work/layout.server")" = 1 ] &&
+   [ "$(grep -c "$reason" "$work/layout.client")" = 1 ] &&
+   [ "${s0:-0}" = 0 ] && [ "${s1:-0}" = 0 ]; then
+    ok "peers of another channel layout: not reached through the region, one line each, tcp carried the checked payloads"
+else
+    bad "peers of another channel layout (rc $rc_s/$rc_c, region ${s0:-none}/${s1:-none} bytes)"
+    cat "$work/forge.out" "$work/layout.server" "$work/layout.client"
+fi
 
 simvm_checks_end test_ucx_containers

@@ -12,6 +12,9 @@
  *
  * Each side prints "ucp_check ROLE: N sizes, P passed, F failed, B bytes
  * sent" (B: its payload) and exits 0 only when every size passed.
+ * With UCP_CHECK_GATE=FILE each side, its worker up and the addresses
+ * exchanged, waits (at most 30 s) for FILE before it creates its endpoint:
+ * a test can change what the region holds of both workers in between.
  */
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -20,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <ucp/api/ucp.h>
@@ -186,6 +190,15 @@ int main(int argc, char **argv)
     if (full_io(sock, peer, peer_len, 0)) {
         fprintf(stderr, "ucp_check %s: address exchange failed\n", role);
         return 2;
+    }
+    const char *gate = getenv("UCP_CHECK_GATE");
+    struct stat sb;
+    for (int i = 0; gate && stat(gate, &sb) != 0; i++) {
+        if (i == 3000) {
+            fprintf(stderr, "ucp_check %s: %s did not appear\n", role, gate);
+            return 2;
+        }
+        usleep(10000);
     }
     ucp_ep_params_t ep_params = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
                                  .address = peer};
