@@ -12,8 +12,13 @@
  * A sender holds one credit per free buffer of its peer and spends one per
  * message; every message returns the buffers its sender has reposted. The
  * last credit is kept for an explicit credit message, so two peers that
- * only send can never stall each other. Receive-not-ready never happens
- * after the connection is up.
+ * only send can never stall each other. Both sides post their receives
+ * before the connection is made (the requester before rdma_connect, the
+ * acceptor before rdma_accept), so a correct exchange never meets a
+ * receiver that is not ready, and none is retried by default
+ * (btl_ivshmem_verbs_rnr_retry 0): a flow-control bug ends the job with an
+ * error at its first overrun instead of crawling, one retry timer a
+ * message.
  *
  * Failures in the middle of a job (a peer that cannot be connected, a
  * queue pair in error, a connection lost with transfers under way) end the
@@ -130,7 +135,8 @@ static void conn_fail(ivshmem_verbs_conn_t *vc, const char *fmt, ...)
     ivshmem_verbs_fatal(vc->ep, msg);
 }
 
-static int post_recv(ivshmem_verbs_conn_t *vc, uint32_t idx)
+static int post_recv(ivshmem_verbs_conn_t *vc, struct ibv_qp *qp,
+                     uint32_t idx)
 {
     struct ibv_sge sge = {
         .addr =
@@ -140,13 +146,17 @@ static int post_recv(ivshmem_verbs_conn_t *vc, uint32_t idx)
     };
     struct ibv_recv_wr wr = {.wr_id = (uintptr_t)&vc->rslots[idx].wr,
                              .sg_list = &sge, .num_sge = 1}, *bad;
-    return ibv_post_recv(vc->id->qp, &wr, &bad);
+    return ibv_post_recv(qp, &wr, &bad);
 }
 
-static int post_all_recvs(ivshmem_verbs_conn_t *vc)
+/* Every buffer of the connection, on the queue pair of one of its ids.
+ * A request that loses to the peer's is destroyed with its buffers
+ * posted: their flushed receives are left alone (ivshmem_verbs_poll), and
+ * the same buffers go to the queue pair that wins. */
+static int post_all_recvs(ivshmem_verbs_conn_t *vc, struct ibv_qp *qp)
 {
     for (uint32_t i = 0; i < IVSHMEM_VERBS->rq_depth; i++)
-        if (post_recv(vc, i) != 0)
+        if (post_recv(vc, qp, i) != 0)
             return -1;
     return 0;
 }
@@ -333,6 +343,15 @@ int ivshmem_verbs_post_send(ivshmem_verbs_conn_t *vc, ivshmem_verbs_frag_t *f)
 
 /* ---- RDMA CM events ---- */
 
+/* The peer accepted our request: its id is the connection's, with the
+ * credits of the peer's buffers. */
+static void request_won(ivshmem_verbs_conn_t *vc)
+{
+    vc->id = vc->out_id;
+    vc->out_id = NULL;
+    vc->credits = vc->addr.rq_depth;
+}
+
 static void conn_up(ivshmem_verbs_conn_t *vc)
 {
     if (vc->state == VC_CONNECTING || vc->state == VC_ACCEPTING)
@@ -395,7 +414,7 @@ static void on_connect_request(struct rdma_cm_id *id,
     id->context = vc;
     vc->id = id;
     vc->credits = d->rq_depth < vc->addr.rq_depth ? d->rq_depth : vc->addr.rq_depth;
-    if (make_qp(vc, id) != 0 || post_all_recvs(vc) != 0) {
+    if (make_qp(vc, id) != 0 || post_all_recvs(vc, id->qp) != 0) {
         conn_fail(vc, "cannot create a queue pair: %s", strerror(errno));
         return;
     }
@@ -446,9 +465,9 @@ static void on_event(struct rdma_cm_event *ev)
         break;
     }
     case RDMA_CM_EVENT_ROUTE_RESOLVED: {
-        /* receives are posted once connected: none can be flushed from
-         * a request that loses to the peer's */
-        if (make_qp(vc, id) != 0) {
+        /* the receives go first: the acceptor may send as soon as it
+         * sees the connection, before our ESTABLISHED event */
+        if (make_qp(vc, id) != 0 || post_all_recvs(vc, id->qp) != 0) {
             conn_fail(vc, "cannot create a queue pair: %s", strerror(errno));
             break;
         }
@@ -460,15 +479,8 @@ static void on_event(struct rdma_cm_event *ev)
         break;
     }
     case RDMA_CM_EVENT_ESTABLISHED:
-        if (id == vc->out_id) {
-            vc->id = id;
-            vc->out_id = NULL;
-            vc->credits = vc->addr.rq_depth;
-            if (post_all_recvs(vc) != 0) {
-                conn_fail(vc, "ibv_post_recv: %s", strerror(errno));
-                break;
-            }
-        }
+        if (id == vc->out_id)
+            request_won(vc);
         conn_up(vc);
         flush_pending(vc);
         break;
@@ -547,12 +559,18 @@ static int cm_progress(void)
 
 /* ---- completions ---- */
 
-static void on_recv(ivshmem_verbs_rslot_t *s, uint32_t byte_len)
+static void on_recv(ivshmem_verbs_rslot_t *s, uint32_t byte_len,
+                    uint32_t qp_num)
 {
     ivshmem_verbs_conn_t *vc = s->conn;
     /* the peer's first message can overtake our own ESTABLISHED event:
-     * its arrival proves the connection is up */
-    if (vc->state == VC_ACCEPTING)
+     * its arrival proves the connection is up (on our request's queue
+     * pair: the peer accepted it) */
+    if (vc->state == VC_CONNECTING && vc->out_id && vc->out_id->qp &&
+        vc->out_id->qp->qp_num == qp_num) {
+        request_won(vc);
+        conn_up(vc);
+    } else if (vc->state == VC_ACCEPTING)
         conn_up(vc);
     if (vc->state != VC_CONNECTED)
         return;
@@ -578,7 +596,7 @@ static void on_recv(ivshmem_verbs_rslot_t *s, uint32_t byte_len)
     }
     if (vc->state != VC_CONNECTED)
         return;
-    if (post_recv(vc, s->idx) != 0) {
+    if (post_recv(vc, vc->id->qp, s->idx) != 0) {
         conn_fail(vc, "ibv_post_recv: %s", strerror(errno));
         return;
     }
@@ -600,8 +618,14 @@ int ivshmem_verbs_poll(void)
         ivshmem_verbs_wr_t *w = (ivshmem_verbs_wr_t *)(uintptr_t)wc[i].wr_id;
         if (w->kind == VWR_RECV) {
             ivshmem_verbs_rslot_t *s = (ivshmem_verbs_rslot_t *)w;
+            /* a flushed receive carries nothing: its queue pair was
+             * destroyed (a request that lost to the peer's, a closed
+             * connection) or went to error, which a send's completion or
+             * an RDMA CM event reports */
+            if (wc[i].status == IBV_WC_WR_FLUSH_ERR)
+                continue;
             if (wc[i].status == IBV_WC_SUCCESS)
-                on_recv(s, wc[i].byte_len);
+                on_recv(s, wc[i].byte_len, wc[i].qp_num);
             else if (s->conn->state != VC_CLOSED)
                 conn_fail(s->conn, "a receive failed: %s",
                           ibv_wc_status_str(wc[i].status));

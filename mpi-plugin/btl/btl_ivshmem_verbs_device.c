@@ -86,8 +86,11 @@ void ivshmem_verbs_register_params(const mca_base_component_t *comp)
             "Transport retries of an unacknowledged packet (0-7)",
             &IVSHMEM_VERBS->retry_count, 7);
     reg_int(comp, "verbs_rnr_retry",
-            "Receiver-not-ready retries (0-7, 7 = without end)",
-            &IVSHMEM_VERBS->rnr_retry, 7);
+            "Receiver-not-ready retries (0-7, 7 = without end); both sides "
+            "post their buffers before connecting and credits keep them "
+            "posted, so only a flow-control bug meets one, and the default "
+            "0 ends the job at the first",
+            &IVSHMEM_VERBS->rnr_retry, 0);
     reg_int(comp, "verbs_ack_timeout",
             "Local ACK timeout exponent: 4.096 us * 2^N before a retry "
             "(14 = 67 ms; emulated guests need ~20 = 4.3 s)",
