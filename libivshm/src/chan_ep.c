@@ -330,11 +330,13 @@ static bool become_blocking(ivshm_ep_t *ep)
 
 ivshm_status_t ivshm_ep_wait(ivshm_ep_t *ep, int timeout_ms)
 {
-    if (ep->in_handler)
-        return IVSHM_ERR_AGAIN; /* nothing can come before it returns */
+    /* a lost lease first: a handler that waits must learn it, not wait
+     * again */
     ivshm_status_t st = ivshm__lease_held(ep->r);
     if (st != IVSHM_OK)
         return st;
+    if (ep->in_handler)
+        return IVSHM_ERR_AGAIN; /* nothing can come before it returns */
     _Atomic uint64_t *nw = &ep->ctl->notify;
     uint64_t grace = UINT64_MAX;
     if (become_blocking(ep))

@@ -885,6 +885,10 @@ static void nested_handler(void *arg, uint32_t sender, uint32_t tag,
         assert_int_equal(ivshm_ep_wait(g->ep, 5000), IVSHM_ERR_AGAIN);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         assert_true(t1.tv_sec - t0.tv_sec < 2);
+        /* but a lost lease is said there too, not "again" */
+        atomic_store(&g->ep->r->lease_lost, true);
+        assert_int_equal(ivshm_ep_wait(g->ep, 5000), IVSHM_ERR_LEASE_LOST);
+        atomic_store(&g->ep->r->lease_lost, false);
         g->depth--;
     }
 }

@@ -228,7 +228,8 @@ int ivshm_ep_progress(ivshm_ep_t *ep);
 /* Blocks until something arrives or timeout_ms passes (-1: forever):
  * arms the wake-up bit, re-checks, then waits on the notifier. Returns
  * IVSHM_OK or IVSHM_ERR_AGAIN on timeout; IVSHM_ERR_AGAIN at once from
- * inside a handler, where nothing is delivered (ivshm_ep_progress). */
+ * inside a handler, where nothing is delivered (ivshm_ep_progress);
+ * IVSHM_ERR_LEASE_LOST (there too) once this process' lease is lost. */
 ivshm_status_t ivshm_ep_wait(ivshm_ep_t *ep, int timeout_ms);
 /* The same wait from the caller's own poll loop (an event fd, as UCT's
  * iface_event_fd_get/event_arm). ivshm_ep_event_fd: a file descriptor
