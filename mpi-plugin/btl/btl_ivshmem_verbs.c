@@ -563,9 +563,13 @@ static void on_recv(ivshmem_verbs_rslot_t *s, uint32_t byte_len,
                     uint32_t qp_num)
 {
     ivshmem_verbs_conn_t *vc = s->conn;
-    /* the peer's first message can overtake our own ESTABLISHED event:
-     * its arrival proves the connection is up (on our request's queue
-     * pair: the peer accepted it) */
+    /* the acceptor's first message can overtake its own ESTABLISHED
+     * event: its arrival proves the connection is up. The requester's
+     * cannot (librdmacm readies our queue pair in the same
+     * rdma_get_cm_event call that reports ESTABLISHED, which cm_progress
+     * handles before the CQ is polled); the first branch only keeps that
+     * order from mattering: a message on our request's queue pair means
+     * the peer accepted it */
     if (vc->state == VC_CONNECTING && vc->out_id && vc->out_id->qp &&
         vc->out_id->qp->qp_num == qp_num) {
         request_won(vc);
@@ -620,8 +624,10 @@ int ivshmem_verbs_poll(void)
             ivshmem_verbs_rslot_t *s = (ivshmem_verbs_rslot_t *)w;
             /* a flushed receive carries nothing: its queue pair was
              * destroyed (a request that lost to the peer's, a closed
-             * connection) or went to error, which a send's completion or
-             * an RDMA CM event reports */
+             * connection) or went to error. Where the error is ours
+             * alone (a fatal asynchronous event, the peer's bad RDMA
+             * write), nothing here says so, but the peer's sends then go
+             * unacknowledged and end the job on its side */
             if (wc[i].status == IBV_WC_WR_FLUSH_ERR)
                 continue;
             if (wc[i].status == IBV_WC_SUCCESS)

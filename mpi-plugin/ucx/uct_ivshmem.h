@@ -103,7 +103,7 @@ typedef struct uct_ivshmem_iface {
     int same_vm;
     int stats;
     uint64_t peer_timeout_ms; /* UINT64_MAX: never judged (inf) */
-    int fails_due;    /* endpoints failed outside progress, UCX not told */
+    int fails_due;    /* endpoints marked failed, UCX not told yet */
     void *rx_buf;     /* private copy of a received message */
     void *tx_buf;     /* bcopy staging */
     void *get_buf;    /* get_bcopy's checked copy, before unpacking */

@@ -76,8 +76,8 @@ ucs_status_t uct_ivshmem_iface_event_fd_get(uct_iface_h tl_iface, int *fd_p)
 ucs_status_t uct_ivshmem_iface_event_arm(uct_iface_h tl_iface, unsigned events)
 {
     uct_ivshmem_iface_t *iface = ucs_derived_of(tl_iface, uct_ivshmem_iface_t);
-    /* a pending send completes only by our own progress, and an endpoint
-     * failed in a send is reported only there */
+    /* a pending send completes only by our own progress, and a failed
+     * endpoint is reported only there */
     if (((events & UCT_EVENT_SEND_COMP) && iface->pending_eps) ||
         iface->fails_due)
         return UCS_ERR_BUSY;
