@@ -166,8 +166,13 @@ struct peer *ivshm__set_peer(ivshm_ep_t *ep, uint32_t idx,
             return NULL;
         ep->peers[idx] = p;
     } else {
-        /* the earlier life: its box (our memory) is released and its
+        /* the earlier life has ended (another holds its index): said as
+         * a death where we had not seen it yet, so that what the front
+         * end bound to it (a UCT endpoint) fails instead of sending to
+         * the new life. Then its box (our memory) is released and its
          * grant withdrawn, its fragments from us taken back */
+        if (p->valid && !p->dead)
+            ivshm__peer_died(ep, idx);
         ivshm__fbox_release(ep, p, idx);
         if (p->valid)
             ivshm__frag_reclaim(ep, idx);

@@ -759,7 +759,29 @@ static void test_endpoint_lives(void **state)
     assert_int_equal(ivshm_ep_try_send(tx2, peer2, 0, m, sizeof(m)),
                      IVSHM_ERR_PEER_DEAD);
     assert_int_equal(ivshm_domain_valid(v.d, NULL, NULL), IVSHM_OK);
+    /* the sender meets the new life, which then ends too, and a third
+     * one takes the index; the sender meets it by a connect first (as
+     * UCX's reachability check does), with no send or progress between:
+     * the second life's record, not known dead yet, ends with its event
+     * instead of being replaced silently (what was bound to it would
+     * have sent to the third life) */
+    assert_int_equal(connect_ep(tx2, rx2), peer2);
+    assert_true(pump_one(tx2, peer2, rx2, 1, 0, 5));
+    drain(rx2, &rs2, 1, 5);
+    assert_int_equal(rs2.got, 1);
+    uint32_t dead0 = s2.dead;
     ivshm_ep_destroy(rx2);
+    struct sink rs3;
+    ivshm_ep_t *rx3 = make_ep(&v, 0, &c, &rs3);
+    assert_int_equal(connect_ep(tx2, rx3), peer2);
+    assert_int_equal(s2.dead, dead0 + 1);
+    for (uint32_t k = 0; k < 10; k++)
+        assert_true(pump_one(tx2, peer2, rx3, k, 0, 5));
+    drain(rx3, &rs3, 10, 5);
+    assert_int_equal(rs3.got, 10);
+    assert_int_equal(rs3.bad, 0);
+    assert_int_equal(s2.dead, dead0 + 1);
+    ivshm_ep_destroy(rx3);
     ivshm_ep_destroy(tx2);
     view_close(&v);
 }
