@@ -4,6 +4,7 @@
 # to ab.sh's set-up, e.g. heap, notcp). Builds each tree once (in
 # parallel), then one ab.sh call from tree $ABTREE (default new) with the
 # set-ups and vader, vader the reference. Output: $OUT/ab-NAME.txt
+# PAIRS=N (optional) sets ab.sh's --pairs for mlat and mbwmr.
 set -u
 t=$PWD
 export PATH=$t/.devtools/bin:$PATH
@@ -31,7 +32,7 @@ done
 n=$i
 T=$t/_build-dev2/${ABTREE:-new}
 export top_builddir=$T/_b top_srcdir=$T
-set -- --rounds "$rounds" --max "$max" --reps 7 --benches "$benches"
+set -- --rounds "$rounds" --max "$max" --reps 7 --benches "$benches" ${PAIRS:+--pairs $PAIRS}
 i=1
 while [ $i -le $n ]; do eval "set -- \"\$@\" --setup \"\$sn_$i\" \"\$sw_$i\""; i=$((i+1)); done
 set -- "$@" --setup vader vader --ref vader
