@@ -295,7 +295,20 @@ ivshm_status_t ivshm_ep_connect(ivshm_ep_t *ep, const uint8_t *addr,
     if (st != IVSHM_OK)
         return st;
     struct peer tmp;
-    if ((st = ivshm__load_peer(ep, v[2], w, &tmp)) != IVSHM_OK)
+    /* a lease in doubt is mostly a collector between its claim and its
+     * back-off or release (L1): waited out, up to a bound, so that a peer
+     * met at that moment is not judged unreachable for good */
+    uint64_t since = 0;
+    unsigned spins = 0;
+    while ((st = ivshm__load_peer(ep, v[2], w, &tmp)) == IVSHM_ERR_AGAIN) {
+        uint64_t now = ivshm__now_ns();
+        if (!since)
+            since = now;
+        else if (now - since > CONNECT_DOUBT_NS)
+            break;
+        ivshm__backoff(&spins);
+    }
+    if (st != IVSHM_OK)
         return st;
     if ((uint64_t)((char *)tmp.ctl - (char *)ivshm_region_base(ep->r)) != off ||
         tmp.epoch != v[3])

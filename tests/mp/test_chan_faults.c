@@ -939,42 +939,128 @@ static void test_stat_damaged_job(void **state)
  * meanwhile. The sender's fragment messages are all delivered afterwards
  * and no death is reported. Before: the peer was marked dead for good and
  * its messages dropped. */
+/* Two views of one job (the doubt tests): a receiver at index 0, a sender
+ * at 1 (FIFO cells of 128 bytes), and the raw mapping, in which a test
+ * forges a view's registry slot as a collector would. */
+struct doubt_pair {
+    struct view vr, vs;
+    unsigned char *base;
+    size_t len;
+    struct sink rs, ss;
+    ivshm_ep_t *rx, *tx;
+    ivshm_ep_config_t c;
+};
+static struct ivshm_reg_slot *own_slot(struct doubt_pair *dp, struct view *v)
+{
+    ivshm_identity_t id;
+    ivshm_self_identity(v->r, &id);
+    struct ivshm_hdr *h = (struct ivshm_hdr *)dp->base;
+    return (struct ivshm_reg_slot *)(dp->base + h->reg_off) + id.slot;
+}
+static void doubt_pair_open(struct doubt_pair *dp, const char *job)
+{
+    view_open(&dp->vr, job);
+    view_open(&dp->vs, job);
+    dp->base = tu_map_raw(path, &dp->len);
+    dp->c = fifo_cfg(64);
+    dp->c.cell_size = 128;
+    dp->rx = make_ep(&dp->vr, 0, &dp->c, &dp->rs);
+    dp->tx = make_ep(&dp->vs, 1, &dp->c, &dp->ss);
+}
+static void doubt_pair_close(struct doubt_pair *dp)
+{
+    ivshm_ep_destroy(dp->tx);
+    ivshm_ep_destroy(dp->rx);
+    munmap(dp->base, dp->len);
+    view_close(&dp->vs);
+    view_close(&dp->vr);
+}
+
 static void test_doubt_is_not_death(void **state)
 {
     (void)state;
-    struct view vr, vs;
-    view_open(&vr, "doubt");
-    view_open(&vs, "doubt");
-    size_t len;
-    unsigned char *base = tu_map_raw(path, &len);
-    struct sink rs, ss;
-    ivshm_ep_config_t c = fifo_cfg(64);
-    c.cell_size = 128;
-    ivshm_ep_t *rx = make_ep(&vr, 0, &c, &rs);
-    ivshm_ep_t *tx = make_ep(&vs, 1, &c, &ss);
-    uint32_t peer = connect_ep(tx, rx);
+    struct doubt_pair dp;
+    doubt_pair_open(&dp, "doubt");
+    uint32_t peer = connect_ep(dp.tx, dp.rx);
     for (uint32_t k = 0; k < 10; k++)
-        assert_true(pump_one(tx, peer, NULL, k, 2000, 5));
-    ivshm_identity_t id;
-    ivshm_self_identity(vs.r, &id);
-    struct ivshm_hdr *h = (struct ivshm_hdr *)base;
-    struct ivshm_reg_slot *slot =
-        (struct ivshm_reg_slot *)(base + h->reg_off) + id.slot;
+        assert_true(pump_one(dp.tx, peer, NULL, k, 2000, 5));
+    struct ivshm_reg_slot *slot = own_slot(&dp, &dp.vs);
     uint64_t alive = atomic_load(&slot->word);
     atomic_store(&slot->word, SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING));
     double end = tu_now_s() + 0.25;
     while (tu_now_s() < end)
-        ivshm_ep_progress(rx);
+        ivshm_ep_progress(dp.rx);
     atomic_store(&slot->word, alive); /* the reclaimer backs off */
-    drain(rx, &rs, 10, 5);
-    assert_int_equal(rs.dead, 0);
-    assert_int_equal(rs.got, 10);
-    assert_int_equal(rs.bad, 0);
-    ivshm_ep_destroy(tx);
-    ivshm_ep_destroy(rx);
-    munmap(base, len);
-    view_close(&vs);
-    view_close(&vr);
+    drain(dp.rx, &dp.rs, 10, 5);
+    assert_int_equal(dp.rs.dead, 0);
+    assert_int_equal(dp.rs.got, 10);
+    assert_int_equal(dp.rs.bad, 0);
+    doubt_pair_close(&dp);
+}
+
+/* A connect that meets the peer's lease in doubt (a collector between its
+ * claim and its back-off) waits for the doubt to end instead of saying
+ * "again" at once, which a front end (UCX's reachability, the BTL's
+ * add_procs) takes as "not reachable" for the rest of the job. A doubt that
+ * lasts past the connect's bound still ends in IVSHM_ERR_AGAIN, with the
+ * reason. */
+struct backoff_later {
+    _Atomic uint64_t *word;
+    uint64_t alive;
+    double after_s;
+};
+static void *back_off_later(void *arg)
+{
+    struct backoff_later *b = arg;
+    struct timespec ts = {0, (long)(b->after_s * 1e9)};
+    nanosleep(&ts, NULL);
+    atomic_store(b->word, b->alive); /* the collector backs off */
+    return NULL;
+}
+static void test_connect_waits_out_doubt(void **state)
+{
+    (void)state;
+    struct doubt_pair dp;
+    doubt_pair_open(&dp, "doubtc");
+    struct ivshm_reg_slot *slot = own_slot(&dp, &dp.vr);
+    uint64_t alive = atomic_load(&slot->word);
+    uint8_t a[IVSHM_EP_ADDR_SIZE];
+    uint32_t peer = 99;
+    ivshm_ep_address(dp.rx, a);
+    /* a doubt that ends 0.1 s into the connect: connected */
+    atomic_store(&slot->word, SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING));
+    struct backoff_later b = {&slot->word, alive, 0.1};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, back_off_later, &b), 0);
+    double t0 = tu_now_s();
+    assert_int_equal(ivshm_ep_connect(dp.tx, a, sizeof(a), &peer), IVSHM_OK);
+    assert_true(tu_now_s() - t0 >= 0.09);
+    pthread_join(t, NULL);
+    assert_int_equal(peer, 0);
+    for (uint32_t k = 0; k < 10; k++)
+        assert_true(pump_one(dp.tx, peer, NULL, k, 2000, 5));
+    drain(dp.rx, &dp.rs, 10, 5);
+    assert_int_equal(dp.rs.got, 10);
+    assert_int_equal(dp.rs.bad, 0);
+    /* a doubt that outlasts the bound: "again", after about a second,
+     * from a second sender that has not met the receiver */
+    struct view vt;
+    view_open(&vt, "doubtc");
+    struct sink ts;
+    ivshm_ep_t *tx2 = make_ep(&vt, 2, &dp.c, &ts);
+    atomic_store(&slot->word, SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING));
+    t0 = tu_now_s();
+    assert_int_equal(ivshm_ep_connect(tx2, a, sizeof(a), &peer),
+                     IVSHM_ERR_AGAIN);
+    double took = tu_now_s() - t0;
+    assert_true(took >= 0.95 && took < 5);
+    assert_non_null(strstr(ivshm_last_error(), "being judged"));
+    atomic_store(&slot->word, alive);
+    assert_int_equal(ivshm_ep_connect(tx2, a, sizeof(a), &peer), IVSHM_OK);
+    assert_int_equal(dp.rs.dead + dp.ss.dead + ts.dead, 0);
+    ivshm_ep_destroy(tx2);
+    view_close(&vt);
+    doubt_pair_close(&dp);
 }
 
 /* ---- 10: ownership is checked for every chunk of a range ---- */
@@ -1371,6 +1457,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_doubt_is_not_death, setup_long,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_connect_waits_out_doubt,
+                                        setup_long, teardown),
         cmocka_unit_test_setup_teardown(test_range_straddles, setup_long,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_lender_dies_before_read,

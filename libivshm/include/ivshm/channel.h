@@ -126,7 +126,9 @@ ivshm_status_t ivshm_domain_address(ivshm_domain_t *d, uint32_t index,
 /* Connects to a peer from its address; the peer index it returns is what
  * the receive handler reports as sender (it is the peer's directory index).
  * IVSHM_ERR_NOT_FOUND if the address names another region or a gone
- * endpoint, IVSHM_ERR_CORRUPT if its published layout fails validation.
+ * endpoint, IVSHM_ERR_CORRUPT if its published layout fails validation,
+ * IVSHM_ERR_AGAIN if the peer's lease was in doubt (a collector judging
+ * it) for all of the second this call waits for the doubt to end.
  * Connecting to the same life again changes nothing. A new life at an
  * index whose earlier life we had not seen end (met here, or by its first
  * message) ends that one first: IVSHM_EV_PEER_DEAD for the index, from
