@@ -67,10 +67,13 @@ bool ivshm__is_member(struct ivshm_reg_slot *p, uint32_t idx, uint32_t gen)
     return false;
 }
 
-/* Live processes (registry alive) that are members of job (idx, gen) or,
- * with holds, that hold it in reclaiming. A claiming slot is not counted:
- * it joins nothing before it is alive, and its fields may still be the
- * last life's until the claim has written them (release_slot). */
+/* Live processes (registry alive, or in doubt: reclaiming) that are
+ * members of job (idx, gen) or, with holds, that hold it in reclaiming. A
+ * reclaiming slot's fields are still its life's, and that life goes on
+ * where the collector backs off (L1): its jobs stay until the slot is
+ * released, as its chunks do. A claiming slot is not counted: it joins
+ * nothing before it is alive, and its fields may still be the last life's
+ * until the claim has written them (release_slot). */
 static unsigned count_live(ivshm_region_t *r, uint32_t idx, uint32_t gen,
                            bool holds)
 {
@@ -78,7 +81,7 @@ static unsigned count_live(ivshm_region_t *r, uint32_t idx, uint32_t gen,
     for (uint32_t k = 0; k < r->g.reg_slots; k++) {
         struct ivshm_reg_slot *p = ivshm__reg(r, k);
         uint64_t w = atomic_load(&p->word);
-        if (SLOT_STATE(w) != SLOT_ALIVE)
+        if (SLOT_STATE(w) != SLOT_ALIVE && SLOT_STATE(w) != SLOT_RECLAIMING)
             continue;
         if (holds ? atomic_load(&p->holding) == MEMBER_WORD(idx, gen)
                   : ivshm__is_member(p, idx, gen))

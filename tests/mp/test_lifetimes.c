@@ -282,6 +282,26 @@ static int paused_rank0(ivshm_region_t *r, int in, int out)
     return 0;
 }
 
+/* A child in vm-a that made a job and holds chunks (paused_rank0), now
+ * stopped as a paused VM; returns this process' view as vm-b. */
+static ivshm_region_t *pause_rank0(struct child *a, struct holding *h)
+{
+    start(a, "vm-a", paused_rank0);
+    get_holding(a, h);
+    kill(a->pid, SIGSTOP);
+    ivshm_region_t *b = open_as("vm-b");
+    assert_non_null(b);
+    return b;
+}
+
+/* Resumes a stopped child, lets it finish; its wait status. */
+static int resume(struct child *a)
+{
+    kill(a->pid, SIGCONT);
+    go(a);
+    return finish(a);
+}
+
 static void test_paused_rank0_collective_memory(void **state)
 {
     (void)state;
@@ -314,6 +334,37 @@ static void test_paused_rank0_collective_memory(void **state)
     assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
     free(offs);
     ivshm_region_close(c);
+    ivshm_region_close(b);
+}
+
+/* A job whose only member is in doubt at the moment of a gc (a paused
+ * VM's rank, whose lease a collector holds in "reclaiming" between its
+ * claim and its back-off) keeps its area: a reclaiming slot is still its
+ * life's, and that life may go on. Before, the job scan counted alive
+ * slots only, so one scan in that window freed the job's directory and
+ * area under a member that resumed into them. */
+static void test_job_of_reclaiming_member_kept(void **state)
+{
+    (void)state;
+    struct child a;
+    struct holding h;
+    ivshm_region_t *b = pause_rank0(&a, &h);
+    struct ivshm_reg_slot *sa = ivshm__reg(b, h.id.slot);
+    _Atomic uint64_t *job = &ivshm__jobs(b, h.job_idx)->word;
+    uint64_t alive = atomic_load(&sa->word), jw = atomic_load(job);
+    assert_int_equal(JOB_STATE(jw), SLOT_ALIVE);
+    /* a collector's claim on A's lease, not yet backed off */
+    atomic_store(&sa->word, SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING));
+    ivshm_status_t st = ivshm_gc(b, NULL);
+    uint64_t after = atomic_load(job);
+    atomic_store(&sa->word, alive); /* it backs off */
+    assert_int_equal(st, IVSHM_OK);
+    if (after != jw)
+        fail_msg("a gc freed the job of a member in doubt (job word %#llx "
+                 "-> %#llx)", (unsigned long long)jw,
+                 (unsigned long long)after);
+    int ws = resume(&a);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
     ivshm_region_close(b);
 }
 
@@ -862,11 +913,7 @@ static void test_forced_job_area_cools(void **state)
     (void)state;
     struct child a;
     struct holding h;
-    start(&a, "vm-a", paused_rank0);
-    get_holding(&a, &h);
-    kill(a.pid, SIGSTOP);
-    ivshm_region_t *b = open_as("vm-b");
-    assert_non_null(b);
+    ivshm_region_t *b = pause_rank0(&a, &h);
     ivshm_job_info_t ji;
     assert_int_equal(ivshm_region_job(b, h.job_idx, &ji), IVSHM_OK);
     usleep(PAST_LEASE_US);
@@ -1077,6 +1124,8 @@ int main(void)
                                         setup_cool, teardown),
         cmocka_unit_test_setup_teardown(test_memory_changes_hands_clean, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_job_of_reclaiming_member_kept,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_force_releases_doubt, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_registry_full_of_doubt, setup,
