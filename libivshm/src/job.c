@@ -402,8 +402,8 @@ void ivshm_job_leave(ivshm_job_t *j)
     ivshm_region_t *r = j->r;
     /* a lost lease: the slot may be a successor's, with our very member
      * word if it joined the same job; it is not ours to write (our
-     * membership counts no more: job gc counts alive slots only), and we
-     * collect nothing */
+     * membership counts no more once the slot is released: job gc counts
+     * alive and reclaiming slots only), and we collect nothing */
     if (r->attached && ivshm__lease_held(r) == IVSHM_OK) {
         clear_membership(r, j->idx, j->gen);
         unsigned chunks = 0;

@@ -77,14 +77,13 @@ enum ivshm_verdict ivshm__lease_verdict(const ivshm_region_t *r,
     return expired ? VERDICT_DOUBT : VERDICT_LIVE;
 }
 
-static ivshm_status_t lease_lost(ivshm_region_t *r)
+/* The reason, with every answer of a lost lease: the message lives per
+ * thread, and the thread that first found the loss may be the heartbeat's
+ * or a caller that returns nothing (ivshm_job_leave), so a later failure
+ * must say it again rather than leave an older or another thread's
+ * message in place. */
+static ivshm_status_t lease_lost_again(const ivshm_region_t *r)
 {
-    bool was = atomic_exchange(&r->lease_lost, true);
-    if (was)
-        return IVSHM_ERR_LEASE_LOST;
-    /* our sends take the full check again, which now fails (K0): the
-     * slot may read alive again after we gave up on it */
-    ivshm__life_ended(r);
     return ivshm__fail(IVSHM_ERR_LEASE_LOST,
                        "lease on registry slot %u of %s was reclaimed: this "
                        "process was declared dead ('ivshm gc --force' after "
@@ -93,10 +92,19 @@ static ivshm_status_t lease_lost(ivshm_region_t *r)
                        r->slot, r->uri, r->g.lease_timeout_ms);
 }
 
+static ivshm_status_t lease_lost(ivshm_region_t *r)
+{
+    /* the first to find it: our sends take the full check again, which
+     * now fails (K0): the slot may read alive again after we gave up */
+    if (!atomic_exchange(&r->lease_lost, true))
+        ivshm__life_ended(r);
+    return lease_lost_again(r);
+}
+
 ivshm_status_t ivshm__lease_check(ivshm_region_t *r)
 {
     if (atomic_load_explicit(&r->lease_lost, memory_order_relaxed))
-        return IVSHM_ERR_LEASE_LOST;
+        return lease_lost_again(r);
     if (!r->attached)
         return ivshm__fail(IVSHM_ERR_INVAL,
                            "process is not attached (call ivshm_attach)");
@@ -201,7 +209,7 @@ ivshm_status_t ivshm_lease_renew(ivshm_region_t *r)
     if (!r->attached)
         return ivshm__fail(IVSHM_ERR_LEASE_LOST, "not attached");
     if (atomic_load(&r->lease_lost))
-        return IVSHM_ERR_LEASE_LOST;
+        return lease_lost_again(r);
     uint64_t mono = ivshm__mono_ns();
     uint64_t period = ivshm__ms_to_ns(r->g.lease_timeout_ms) / 8;
     if (mono - atomic_load_explicit(&r->last_renew_ns, memory_order_relaxed) <
