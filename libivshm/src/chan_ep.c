@@ -298,17 +298,20 @@ ivshm_status_t ivshm_ep_connect(ivshm_ep_t *ep, const uint8_t *addr,
     /* a lease in doubt is mostly a collector between its claim and its
      * back-off or release (L1): waited out, up to a bound, so that a peer
      * met at that moment is not judged unreachable for good */
-    uint64_t since = 0;
+    uint64_t deadline = 0;
     unsigned spins = 0;
     while ((st = ivshm__load_peer(ep, v[2], w, &tmp)) == IVSHM_ERR_AGAIN) {
-        uint64_t now = ivshm__now_ns();
-        if (!since)
-            since = now;
-        else if (now - since > CONNECT_DOUBT_NS)
+        uint64_t now = ivshm__mono_ns();
+        if (!deadline)
+            deadline = now + DOUBT_WAIT_NS;
+        else if (now > deadline)
             break;
         ivshm__backoff(&spins);
     }
     if (st != IVSHM_OK)
+        return st;
+    /* our own lease again after a wait: what follows writes our block */
+    if (spins && (st = ivshm__lease_held(ep->r)) != IVSHM_OK)
         return st;
     if ((uint64_t)((char *)tmp.ctl - (char *)ivshm_region_base(ep->r)) != off ||
         tmp.epoch != v[3])

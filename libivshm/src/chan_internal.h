@@ -33,7 +33,6 @@
 #define LIVENESS_PERIOD 1024      /* progress calls between clock reads */
 #define LIVENESS_NS 100000000ull  /* peer checks at most every 100 ms */
 #define GC_MAX_NS 1000000000ull   /* a region-wide collection at most 1/s */
-#define CONNECT_DOUBT_NS 1000000000ull /* a connect waits out a doubt */
 #define FBOX_BANK 65536u          /* bytes allocated per fast-box bank */
 /* A box larger than a bank (a window of 64 cells of 1088 bytes) takes an
  * allocation of its own; this bounds what one grant costs the receiver. */

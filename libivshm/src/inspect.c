@@ -135,12 +135,7 @@ ivshm_status_t ivshm_region_job(ivshm_region_t *r, uint32_t i,
     copy_str(j->key, s->key, sizeof(j->key));
     j->area_off = atomic_load(&s->area_off);
     j->area_size = s->area_size;
-    for (uint32_t k = 0; k < r->g.reg_slots; k++) {
-        struct ivshm_reg_slot *p = ivshm__reg(r, k);
-        if (SLOT_STATE(atomic_load(&p->word)) == SLOT_ALIVE &&
-            ivshm__is_member(p, i, j->gen))
-            j->members++;
-    }
+    j->members = ivshm__job_members(r, i, j->gen); /* as job gc counts */
     return IVSHM_OK;
 }
 

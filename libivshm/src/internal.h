@@ -231,6 +231,9 @@ void ivshm__guard_release(ivshm_region_t *r);
 ivshm_status_t ivshm__fail(ivshm_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 ivshm_status_t ivshm__fail_errno(int err, const char *what, const char *path);
+/* Messages this thread has set (ivshm__fail): tells whether the one a
+ * caller set is still the thread's last. */
+unsigned long ivshm__fails(void);
 
 /* util.c */
 /* Fault-injection seam for the tests (tests/mp/test_chan_faults.c): called
@@ -248,6 +251,9 @@ uint64_t ivshm__fnv1a(const void *p, size_t n, uint64_t h);
 #define IVSHM_FNV_INIT 0xcbf29ce484222325ull
 uint64_t ivshm__now_ns(void);      /* CLOCK_REALTIME, comparable across VMs */
 uint64_t ivshm__mono_ns(void);     /* CLOCK_MONOTONIC, local waits */
+/* How long a decision that lasts the job (connect, which transport
+ * reaches a peer) waits for a peer's lease in doubt to be settled */
+#define DOUBT_WAIT_NS 1000000000ull
 /* Should lines be taken ahead for writing (ivshm__prefetch_own): has
  * this processor PREFETCHW, or the architecture a write hint? */
 bool ivshm__cpu_prefetchw(void);
@@ -421,6 +427,9 @@ uint32_t ivshm__job_gen(const ivshm_job_t *j);
 ivshm_status_t ivshm__job_area(ivshm_region_t *r, uint32_t i, uint32_t gen,
                                uint64_t *off, uint64_t *size);
 bool ivshm__is_member(struct ivshm_reg_slot *p, uint32_t idx, uint32_t gen);
+/* Members of job (idx, gen) whose lease is alive or in doubt (job gc's
+ * count; `ivshm info` shows it). */
+unsigned ivshm__job_members(ivshm_region_t *r, uint32_t idx, uint32_t gen);
 
 #pragma GCC visibility pop
 

@@ -90,6 +90,11 @@ static unsigned count_live(ivshm_region_t *r, uint32_t idx, uint32_t gen,
     return n;
 }
 
+unsigned ivshm__job_members(ivshm_region_t *r, uint32_t idx, uint32_t gen)
+{
+    return count_live(r, idx, gen, false);
+}
+
 /* Frees job slot idx from word w, claiming or reclaiming, which we hold
  * or take over. The CAS commits; the area's chunks carry the old
  * generation, so they are freed (with cool: cooled) after it (none can be

@@ -81,15 +81,29 @@ enum ivshm_verdict ivshm__lease_verdict(const ivshm_region_t *r,
  * thread, and the thread that first found the loss may be the heartbeat's
  * or a caller that returns nothing (ivshm_job_leave), so a later failure
  * must say it again rather than leave an older or another thread's
- * message in place. */
+ * message in place. Said once per thread while nothing else is said
+ * since: a progress pass or a send after the loss formats nothing. */
+static _Thread_local const ivshm_region_t *lost_said_r;
+static _Thread_local unsigned long lost_said_at;
+
+static ivshm_status_t say_lease_lost(const ivshm_region_t *r)
+{
+    ivshm__fail(IVSHM_ERR_LEASE_LOST,
+                "lease on registry slot %u of %s was reclaimed: this "
+                "process was declared dead ('ivshm gc --force' after it "
+                "stalled longer than the lease timeout, %u ms) and must "
+                "stop using the region",
+                r->slot, r->uri, r->g.lease_timeout_ms);
+    lost_said_r = r;
+    lost_said_at = ivshm__fails();
+    return IVSHM_ERR_LEASE_LOST;
+}
+
 static ivshm_status_t lease_lost_again(const ivshm_region_t *r)
 {
-    return ivshm__fail(IVSHM_ERR_LEASE_LOST,
-                       "lease on registry slot %u of %s was reclaimed: this "
-                       "process was declared dead ('ivshm gc --force' after "
-                       "it stalled longer than the lease timeout, %u ms) and "
-                       "must stop using the region",
-                       r->slot, r->uri, r->g.lease_timeout_ms);
+    if (lost_said_r == r && lost_said_at == ivshm__fails())
+        return IVSHM_ERR_LEASE_LOST; /* the thread's last message */
+    return say_lease_lost(r);
 }
 
 static ivshm_status_t lease_lost(ivshm_region_t *r)
@@ -98,7 +112,7 @@ static ivshm_status_t lease_lost(ivshm_region_t *r)
      * now fails (K0): the slot may read alive again after we gave up */
     if (!atomic_exchange(&r->lease_lost, true))
         ivshm__life_ended(r);
-    return lease_lost_again(r);
+    return say_lease_lost(r);
 }
 
 ivshm_status_t ivshm__lease_check(ivshm_region_t *r)
@@ -306,6 +320,29 @@ ivshm_locality_t ivshm_peer_locality(ivshm_region_t *r,
     if (r->attached && peer->slot == r->slot && peer->gen == r->gen)
         return IVSHM_PEER_SELF;
     return peer->vm_id == r->vm_id ? IVSHM_PEER_SAME_VM : IVSHM_PEER_OTHER_VM;
+}
+
+ivshm_locality_t ivshm_peer_locality_settled(ivshm_region_t *r,
+                                             const ivshm_identity_t *peer)
+{
+    uint64_t deadline = 0;
+    unsigned spins = 0;
+    for (;;) {
+        ivshm_locality_t loc = ivshm_peer_locality(r, peer);
+        if (loc != IVSHM_PEER_STALE)
+            return loc;
+        /* in doubt: that life's word, held by a collector (L1) */
+        if (peer->slot >= r->g.reg_slots ||
+            atomic_load(&ivshm__reg(r, peer->slot)->word) !=
+                SLOT_WORD(peer->gen, SLOT_RECLAIMING))
+            return loc;
+        uint64_t now = ivshm__mono_ns();
+        if (!deadline)
+            deadline = now + DOUBT_WAIT_NS;
+        else if (now > deadline)
+            return loc;
+        ivshm__backoff(&spins);
+    }
 }
 
 const char *ivshm_locality_str(ivshm_locality_t l)

@@ -9,6 +9,9 @@
 #include <string.h>
 
 static _Thread_local char last_error[512] = "no error";
+static _Thread_local unsigned long fails; /* messages set in this thread */
+
+unsigned long ivshm__fails(void) { return fails; }
 
 const char *ivshm_strerror(ivshm_status_t st)
 {
@@ -49,6 +52,7 @@ ivshm_status_t ivshm__fail(ivshm_status_t st, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof(last_error), fmt, ap);
     va_end(ap);
+    fails++;
     return st;
 }
 

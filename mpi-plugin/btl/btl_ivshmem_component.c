@@ -522,8 +522,9 @@ bool mca_btl_ivshmem_region_takes(const mca_btl_ivshmem_modex_t *mx,
 {
     mca_btl_ivshmem_component_t *c = &mca_btl_ivshmem_component;
     ivshm_locality_t loc = IVSHM_PEER_REMOTE;
+    /* settled: a peer in doubt now would go to other BTLs for the job */
     if (c->ep && (mx->flags & IVSHMEM_MODEX_REGION))
-        loc = ivshm_peer_locality(c->r, &mx->id);
+        loc = ivshm_peer_locality_settled(c->r, &mx->id);
     if (locp)
         *locp = loc;
     return loc == IVSHM_PEER_OTHER_VM || (loc == IVSHM_PEER_SAME_VM && c->same_vm);

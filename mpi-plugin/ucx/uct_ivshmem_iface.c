@@ -276,7 +276,8 @@ int uct_ivshmem_iface_reaches(uct_iface_h tl_iface,
         return 0;
     }
     uct_ivshmem_peer_unpack(&dev, &peer, &id, chan);
-    ivshm_locality_t loc = ivshm_peer_locality(iface->md->r, &id);
+    /* settled: a peer in doubt now would be unreachable for the job */
+    ivshm_locality_t loc = ivshm_peer_locality_settled(iface->md->r, &id);
     int reached = loc == IVSHM_PEER_OTHER_VM ||
                   (loc == IVSHM_PEER_SAME_VM && iface->same_vm);
     uint32_t chan_peer;

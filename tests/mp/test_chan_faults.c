@@ -934,11 +934,6 @@ static void test_stat_damaged_job(void **state)
 
 /* ---- 9: a lease in doubt is not a death ---- */
 
-/* A reclaimer holds the sender's lease for a moment (then backs off, as it
- * does when the heartbeat is fresh); the receiver's liveness checks run
- * meanwhile. The sender's fragment messages are all delivered afterwards
- * and no death is reported. Before: the peer was marked dead for good and
- * its messages dropped. */
 /* Two views of one job (the doubt tests): a receiver at index 0, a sender
  * at 1 (FIFO cells of 128 bytes), and the raw mapping, in which a test
  * forges a view's registry slot as a collector would. */
@@ -976,6 +971,11 @@ static void doubt_pair_close(struct doubt_pair *dp)
     view_close(&dp->vr);
 }
 
+/* A reclaimer holds the sender's lease for a moment (then backs off, as it
+ * does when the heartbeat is fresh); the receiver's liveness checks run
+ * meanwhile. The sender's fragment messages are all delivered afterwards
+ * and no death is reported. Before: the peer was marked dead for good and
+ * its messages dropped. */
 static void test_doubt_is_not_death(void **state)
 {
     (void)state;
@@ -998,12 +998,13 @@ static void test_doubt_is_not_death(void **state)
     doubt_pair_close(&dp);
 }
 
-/* A connect that meets the peer's lease in doubt (a collector between its
- * claim and its back-off) waits for the doubt to end instead of saying
- * "again" at once, which a front end (UCX's reachability, the BTL's
- * add_procs) takes as "not reachable" for the rest of the job. A doubt that
- * lasts past the connect's bound still ends in IVSHM_ERR_AGAIN, with the
- * reason. */
+/* A connect, and the locality by which a front end picks a transport for
+ * the job (the BTL's add_procs, UCX's reachability), that meet the peer's
+ * lease in doubt (a collector between its claim and its back-off) wait for
+ * the doubt to end instead of answering "again" or "stale" at once, which
+ * the front ends take as "not reachable" for the rest of the job. A doubt
+ * that lasts past the bound still ends in IVSHM_ERR_AGAIN, with the
+ * reason, and in "stale". */
 struct backoff_later {
     _Atomic uint64_t *word;
     uint64_t alive;
@@ -1017,6 +1018,17 @@ static void *back_off_later(void *arg)
     atomic_store(b->word, b->alive); /* the collector backs off */
     return NULL;
 }
+/* Forges the collector's claim on a lease (its word in reclaiming) and
+ * starts the thread that backs it off after_s seconds on. */
+static void doubt_begin(struct backoff_later *b, pthread_t *t,
+                        struct ivshm_reg_slot *slot, uint64_t alive,
+                        double after_s)
+{
+    *b = (struct backoff_later){&slot->word, alive, after_s};
+    atomic_store(&slot->word, SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING));
+    assert_int_equal(pthread_create(t, NULL, back_off_later, b), 0);
+}
+
 static void test_connect_waits_out_doubt(void **state)
 {
     (void)state;
@@ -1024,15 +1036,25 @@ static void test_connect_waits_out_doubt(void **state)
     doubt_pair_open(&dp, "doubtc");
     struct ivshm_reg_slot *slot = own_slot(&dp, &dp.vr);
     uint64_t alive = atomic_load(&slot->word);
+    ivshm_identity_t id;
+    ivshm_self_identity(dp.vr.r, &id);
     uint8_t a[IVSHM_EP_ADDR_SIZE];
     uint32_t peer = 99;
     ivshm_ep_address(dp.rx, a);
-    /* a doubt that ends 0.1 s into the connect: connected */
-    atomic_store(&slot->word, SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING));
-    struct backoff_later b = {&slot->word, alive, 0.1};
+    struct backoff_later b;
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, back_off_later, &b), 0);
+    /* a doubt that ends 0.1 s on: the locality that picks a transport
+     * waits for it (the plain one says stale meanwhile), and so does a
+     * connect; the clock starts before the thread that ends it */
     double t0 = tu_now_s();
+    doubt_begin(&b, &t, slot, alive, 0.1);
+    assert_int_equal(ivshm_peer_locality(dp.vs.r, &id), IVSHM_PEER_STALE);
+    assert_int_equal(ivshm_peer_locality_settled(dp.vs.r, &id),
+                     IVSHM_PEER_SAME_VM);
+    assert_true(tu_now_s() - t0 >= 0.09);
+    pthread_join(t, NULL);
+    t0 = tu_now_s();
+    doubt_begin(&b, &t, slot, alive, 0.1);
     assert_int_equal(ivshm_ep_connect(dp.tx, a, sizeof(a), &peer), IVSHM_OK);
     assert_true(tu_now_s() - t0 >= 0.09);
     pthread_join(t, NULL);
@@ -1042,17 +1064,22 @@ static void test_connect_waits_out_doubt(void **state)
     drain(dp.rx, &dp.rs, 10, 5);
     assert_int_equal(dp.rs.got, 10);
     assert_int_equal(dp.rs.bad, 0);
-    /* a doubt that outlasts the bound: "again", after about a second,
-     * from a second sender that has not met the receiver */
+    /* a doubt that outlasts the bound: stale, and "again" from a second
+     * sender that has not met the receiver, each after about a second */
     struct view vt;
     view_open(&vt, "doubtc");
     struct sink ts;
     ivshm_ep_t *tx2 = make_ep(&vt, 2, &dp.c, &ts);
     atomic_store(&slot->word, SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING));
     t0 = tu_now_s();
+    assert_int_equal(ivshm_peer_locality_settled(vt.r, &id),
+                     IVSHM_PEER_STALE);
+    double took = tu_now_s() - t0;
+    assert_true(took >= 0.95 && took < 5);
+    t0 = tu_now_s();
     assert_int_equal(ivshm_ep_connect(tx2, a, sizeof(a), &peer),
                      IVSHM_ERR_AGAIN);
-    double took = tu_now_s() - t0;
+    took = tu_now_s() - t0;
     assert_true(took >= 0.95 && took < 5);
     assert_non_null(strstr(ivshm_last_error(), "being judged"));
     atomic_store(&slot->word, alive);

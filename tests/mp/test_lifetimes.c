@@ -353,11 +353,16 @@ static void test_job_of_reclaiming_member_kept(void **state)
     _Atomic uint64_t *job = &ivshm__jobs(b, h.job_idx)->word;
     uint64_t alive = atomic_load(&sa->word), jw = atomic_load(job);
     assert_int_equal(JOB_STATE(jw), SLOT_ALIVE);
-    /* a collector's claim on A's lease, not yet backed off */
-    atomic_store(&sa->word, SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING));
+    /* a collector's claim on A's lease, not yet backed off; its take
+     * stamps the heartbeat (stamp_take), so no other gc finishes it as a
+     * dead collector's however slow this machine is */
+    uint64_t held = SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING);
+    atomic_store(&sa->word, held);
+    atomic_store(&sa->heartbeat_ns, ivshm__now_ns());
     ivshm_status_t st = ivshm_gc(b, NULL);
     uint64_t after = atomic_load(job);
-    atomic_store(&sa->word, alive); /* it backs off */
+    /* it backs off */
+    assert_true(atomic_compare_exchange_strong(&sa->word, &held, alive));
     assert_int_equal(st, IVSHM_OK);
     if (after != jw)
         fail_msg("a gc freed the job of a member in doubt (job word %#llx "

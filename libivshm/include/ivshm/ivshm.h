@@ -185,6 +185,11 @@ typedef enum ivshm_locality {
  * live lease of the same generation and VM id. */
 ivshm_locality_t ivshm_peer_locality(ivshm_region_t *r,
                                      const ivshm_identity_t *peer);
+/* The same, for a decision that lasts the job (which transport reaches the
+ * peer): a lease in doubt (a collector judging it, which may still back
+ * off) is waited for, up to a second, and only then called stale. */
+ivshm_locality_t ivshm_peer_locality_settled(ivshm_region_t *r,
+                                             const ivshm_identity_t *peer);
 const char *ivshm_locality_str(ivshm_locality_t l);
 
 /* ---- chunk allocator ---- */
@@ -279,7 +284,7 @@ typedef struct ivshm_job_info {
     int state;
     char key[IVSHM_JOB_KEY_MAX + 1];
     uint64_t area_off, area_size;
-    uint32_t members;
+    uint32_t members; /* leases alive or in doubt (job gc keeps the job) */
 } ivshm_job_info_t;
 
 ivshm_status_t ivshm_region_info(ivshm_region_t *r, ivshm_region_info_t *i);
