@@ -300,14 +300,10 @@ ivshm_status_t ivshm_ep_connect(ivshm_ep_t *ep, const uint8_t *addr,
      * met at that moment is not judged unreachable for good */
     uint64_t deadline = 0;
     unsigned spins = 0;
-    while ((st = ivshm__load_peer(ep, v[2], w, &tmp)) == IVSHM_ERR_AGAIN) {
-        uint64_t now = ivshm__mono_ns();
-        if (!deadline)
-            deadline = now + DOUBT_WAIT_NS;
-        else if (now > deadline)
-            break;
-        ivshm__backoff(&spins);
-    }
+    while ((st = ivshm__load_peer(ep, v[2], w, &tmp)) == IVSHM_ERR_AGAIN &&
+           ivshm__doubt_wait(ep->r, DIR_SLOT(w), DIR_GEN(w), &deadline,
+                             &spins))
+        ;
     if (st != IVSHM_OK)
         return st;
     /* our own lease again after a wait: what follows writes our block */

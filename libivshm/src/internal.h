@@ -202,6 +202,10 @@ struct ivshm_region {
     pthread_t hb_thread;
     bool hb_running;
     _Atomic bool hb_stop;
+    uint64_t serial; /* this handle among the process' handles, from 1 */
+    /* per registry slot: 1 + the generation of a life whose doubt
+     * outlasted one wait (ivshm__doubt_wait); NULL where not allocated */
+    _Atomic uint32_t *doubt_gave_up;
 };
 
 /* providers (provider.c) */
@@ -254,6 +258,11 @@ uint64_t ivshm__mono_ns(void);     /* CLOCK_MONOTONIC, local waits */
 /* How long a decision that lasts the job (connect, which transport
  * reaches a peer) waits for a peer's lease in doubt to be settled */
 #define DOUBT_WAIT_NS 1000000000ull
+/* One round of a wait for the doubt of a peer's life (slot, gen) to end:
+ * false once it has lasted DOUBT_WAIT_NS from the first round (*deadline
+ * 0 before it), and at once for a life that outlasted a wait before. */
+bool ivshm__doubt_wait(ivshm_region_t *r, uint32_t slot, uint32_t gen,
+                       uint64_t *deadline, unsigned *spins);
 /* Should lines be taken ahead for writing (ivshm__prefetch_own): has
  * this processor PREFETCHW, or the architecture a write hint? */
 bool ivshm__cpu_prefetchw(void);

@@ -191,10 +191,12 @@ static ivshm_status_t map_region(const char *uri, bool rdonly, bool create,
         if (!uri || !*uri)
             uri = IVSHM_DEFAULT_URI;
     }
+    static _Atomic uint64_t serials;
     ivshm_region_t *r = calloc(1, sizeof(*r));
     if (!r)
         return ivshm__fail(IVSHM_ERR_SYS, "out of memory");
     r->fd = -1;
+    r->serial = atomic_fetch_add(&serials, 1) + 1;
     ivshm_status_t st = ivshm__provider_open(uri, rdonly, create, create_size,
                                              &r->prov, &r->fd, &r->map_size,
                                              &r->uri);
@@ -299,6 +301,7 @@ static void unmap_region(ivshm_region_t *r)
     else if (r->base)
         munmap(r->base, r->map_size);
     free(r->keep);
+    free((void *)r->doubt_gave_up);
     if (r->fd >= 0)
         close(r->fd);
     free(r->uri);
@@ -510,6 +513,8 @@ ivshm_status_t ivshm_region_open(const char *uri, unsigned flags,
         return st;
     }
     r->vm_id = ivshm_vm_id();
+    if (r->valid) /* without it, every doubt is waited for anew */
+        r->doubt_gave_up = calloc(r->g.reg_slots, sizeof(*r->doubt_gave_up));
     *out = r;
     return st;
 }

@@ -83,7 +83,7 @@ enum ivshm_verdict ivshm__lease_verdict(const ivshm_region_t *r,
  * must say it again rather than leave an older or another thread's
  * message in place. Said once per thread while nothing else is said
  * since: a progress pass or a send after the loss formats nothing. */
-static _Thread_local const ivshm_region_t *lost_said_r;
+static _Thread_local uint64_t lost_said_r; /* the handle's serial */
 static _Thread_local unsigned long lost_said_at;
 
 static ivshm_status_t say_lease_lost(const ivshm_region_t *r)
@@ -94,14 +94,14 @@ static ivshm_status_t say_lease_lost(const ivshm_region_t *r)
                 "stalled longer than the lease timeout, %u ms) and must "
                 "stop using the region",
                 r->slot, r->uri, r->g.lease_timeout_ms);
-    lost_said_r = r;
+    lost_said_r = r->serial;
     lost_said_at = ivshm__fails();
     return IVSHM_ERR_LEASE_LOST;
 }
 
 static ivshm_status_t lease_lost_again(const ivshm_region_t *r)
 {
-    if (lost_said_r == r && lost_said_at == ivshm__fails())
+    if (lost_said_r == r->serial && lost_said_at == ivshm__fails())
         return IVSHM_ERR_LEASE_LOST; /* the thread's last message */
     return say_lease_lost(r);
 }
@@ -322,6 +322,28 @@ ivshm_locality_t ivshm_peer_locality(ivshm_region_t *r,
     return peer->vm_id == r->vm_id ? IVSHM_PEER_SAME_VM : IVSHM_PEER_OTHER_VM;
 }
 
+bool ivshm__doubt_wait(ivshm_region_t *r, uint32_t slot, uint32_t gen,
+                       uint64_t *deadline, unsigned *spins)
+{
+    _Atomic uint32_t *gave_up = r->doubt_gave_up && slot < r->g.reg_slots
+                                    ? &r->doubt_gave_up[slot]
+                                    : NULL;
+    /* a life given up on once is not waited for again: UCP asks for every
+     * lane it weighs, the BTL for each of its routes */
+    if (gave_up && atomic_load(gave_up) == gen + 1)
+        return false;
+    uint64_t now = ivshm__mono_ns();
+    if (!*deadline) {
+        *deadline = now + DOUBT_WAIT_NS;
+    } else if (now > *deadline) {
+        if (gave_up)
+            atomic_store(gave_up, gen + 1);
+        return false;
+    }
+    ivshm__backoff(spins);
+    return true;
+}
+
 ivshm_locality_t ivshm_peer_locality_settled(ivshm_region_t *r,
                                              const ivshm_identity_t *peer)
 {
@@ -329,19 +351,18 @@ ivshm_locality_t ivshm_peer_locality_settled(ivshm_region_t *r,
     unsigned spins = 0;
     for (;;) {
         ivshm_locality_t loc = ivshm_peer_locality(r, peer);
-        if (loc != IVSHM_PEER_STALE)
+        if (loc != IVSHM_PEER_STALE || peer->slot >= r->g.reg_slots)
             return loc;
-        /* in doubt: that life's word, held by a collector (L1) */
-        if (peer->slot >= r->g.reg_slots ||
-            atomic_load(&ivshm__reg(r, peer->slot)->word) !=
-                SLOT_WORD(peer->gen, SLOT_RECLAIMING))
+        /* in doubt: that life's word, held by a collector (L1); one that
+         * backed off since the answer above is asked again */
+        IVSHM_TEST_STEP("locality-doubt");
+        uint64_t w = atomic_load(&ivshm__reg(r, peer->slot)->word);
+        if (w != SLOT_WORD(peer->gen, SLOT_RECLAIMING))
+            return w == SLOT_WORD(peer->gen, SLOT_ALIVE)
+                       ? ivshm_peer_locality(r, peer)
+                       : loc;
+        if (!ivshm__doubt_wait(r, peer->slot, peer->gen, &deadline, &spins))
             return loc;
-        uint64_t now = ivshm__mono_ns();
-        if (!deadline)
-            deadline = now + DOUBT_WAIT_NS;
-        else if (now > deadline)
-            return loc;
-        ivshm__backoff(&spins);
     }
 }
 
