@@ -259,12 +259,14 @@ int mca_btl_ivshmem_add_each(size_t nprocs, struct opal_proc_t **procs,
 void mca_btl_ivshmem_print_stats(struct mca_btl_base_endpoint_t *ep,
                                  const char *route);
 /* Shared by both modules: hands one received message to the callback ob1
- * registered for its tag (the tag was checked by the caller). Inline: the
+ * registered for its tag (the tag was checked by the caller), with the
+ * caller's kept descriptor or none (ivshmem_compat_deliver). Inline: the
  * region route's receive takes it once per message. */
 static inline void mca_btl_ivshmem_deliver(struct mca_btl_base_module_t *btl,
                                            struct mca_btl_base_endpoint_t *ep,
                                            mca_btl_base_tag_t tag, void *data,
-                                           size_t len)
+                                           size_t len,
+                                           mca_btl_base_descriptor_t *kept)
 {
     const mca_btl_active_message_callback_t *reg =
         mca_btl_base_active_message_trigger + tag;
@@ -273,7 +275,7 @@ static inline void mca_btl_ivshmem_deliver(struct mca_btl_base_module_t *btl,
     mca_btl_base_segment_t seg;
     seg.seg_addr.pval = data;
     seg.seg_len = len;
-    ivshmem_compat_deliver(btl, ep, tag, &seg, reg);
+    ivshmem_compat_deliver(btl, ep, tag, &seg, reg, kept);
 }
 struct mca_btl_base_descriptor_t *
 mca_btl_ivshmem_prepare_src(struct mca_btl_base_module_t *btl,

@@ -232,6 +232,12 @@ void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m)
     mca_btl_ivshmem_recv_whole(arg, m->sender, m->tag, m->data, m->len);
 }
 
+/* The region route's receive descriptor, zero but for what each delivery
+ * sets: the channel runs one handler at a time (none nests: a progress
+ * call inside a handler returns at once), and under MPI_THREAD_MULTIPLE
+ * only the thread holding the component's lock progresses. */
+static mca_btl_base_descriptor_t rx_des;
+
 /* A whole message, the usual one: the channel passes its fields, no
  * descriptor of the piece (docs/channels.md, "The whole-message handler"). */
 void mca_btl_ivshmem_recv_whole(void *arg, uint32_t sender, uint32_t tag,
@@ -248,7 +254,8 @@ void mca_btl_ivshmem_recv_whole(void *arg, uint32_t sender, uint32_t tag,
     if (ep)
         IVSHMEM_COUNT(ep, recvs, bytes_in, len);
     mca_btl_ivshmem_deliver(&mca_btl_ivshmem_module.super, ep,
-                            (mca_btl_base_tag_t)tag, (void *)data, len);
+                            (mca_btl_base_tag_t)tag, (void *)data, len,
+                            &rx_des);
 }
 
 /* ---- MPI_THREAD_MULTIPLE ----

@@ -327,7 +327,7 @@ void ivshmem_verbs_deliver(ivshmem_verbs_conn_t *vc, const ivshmem_verbs_hdr_t *
     struct mca_btl_base_endpoint_t *ep = vc->ep;
     IVSHMEM_COUNT(ep, recvs, bytes_in, hd->len);
     mca_btl_ivshmem_deliver(&mca_btl_ivshmem_verbs_module, ep,
-                            (mca_btl_base_tag_t)hd->tag, data, hd->len);
+                            (mca_btl_base_tag_t)hd->tag, data, hd->len, NULL);
 }
 
 /* ---- registration and RDMA ---- */
