@@ -185,7 +185,9 @@ ivshm_status_t ivshm_region_owned(ivshm_region_t *r,
                                   const ivshm_identity_t *owner, uint64_t off,
                                   uint64_t len)
 {
-    ivshm_locality_t loc = ivshm_peer_locality(r, owner);
+    /* settled: an owner a collector is judging (it may back off) is not
+     * yet dead, and the caller keeps what it maps (coll ivshmem's areas) */
+    ivshm_locality_t loc = ivshm_peer_locality_settled(r, owner);
     if (loc == IVSHM_PEER_REMOTE)
         return ivshm__fail(IVSHM_ERR_INVAL,
                            "the owner does not map this region");

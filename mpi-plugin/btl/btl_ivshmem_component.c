@@ -482,7 +482,10 @@ static bool coll_alive(const ivshm_identity_t *id)
         return false;
     IVSHMEM_LOCK();
     (void)ivshm_gc(c->r, NULL); /* a dead lease in this VM ends at once */
-    ivshm_locality_t loc = ivshm_peer_locality(c->r, id);
+    /* settled: a rank that another process' collector is judging (a
+     * paused VM it may still back off from) is waited for, not taken for
+     * gone, which would fail the collective */
+    ivshm_locality_t loc = ivshm_peer_locality_settled(c->r, id);
     IVSHMEM_UNLOCK();
     return loc != IVSHM_PEER_STALE && loc != IVSHM_PEER_REMOTE;
 }

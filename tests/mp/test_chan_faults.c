@@ -1115,6 +1115,40 @@ static void test_connect_waits_out_doubt(void **state)
     doubt_pair_close(&dp);
 }
 
+/* A check that another process' memory is its own (coll ivshmem maps
+ * areas so) meets the owner's lease in doubt: it waits the doubt out
+ * instead of calling the owner dead; a doubt past the bound is a death. */
+static void test_owned_waits_out_doubt(void **state)
+{
+    (void)state;
+    struct doubt_pair dp;
+    doubt_pair_open(&dp, "doubto");
+    struct ivshm_reg_slot *slot = own_slot(&dp, &dp.vr);
+    uint64_t alive = atomic_load(&slot->word);
+    ivshm_identity_t id;
+    ivshm_self_identity(dp.vr.r, &id);
+    uint64_t off;
+    assert_int_equal(ivshm_alloc(dp.vr.r, 4096, &off), IVSHM_OK);
+    assert_int_equal(ivshm_region_owned(dp.vs.r, &id, off, 4096), IVSHM_OK);
+    struct backoff_later b;
+    pthread_t t;
+    atomic_store(&slot->word, SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING));
+    double t0 = tu_now_s();
+    doubt_end_later(&b, &t, slot, alive, 0.1);
+    assert_int_equal(ivshm_region_owned(dp.vs.r, &id, off, 4096), IVSHM_OK);
+    assert_true(tu_now_s() - t0 >= 0.09);
+    pthread_join(t, NULL);
+    atomic_store(&slot->word, SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING));
+    t0 = tu_now_s();
+    assert_int_equal(ivshm_region_owned(dp.vs.r, &id, off, 4096),
+                     IVSHM_ERR_PEER_DEAD);
+    double took = tu_now_s() - t0;
+    assert_true(took >= 0.95 && took < 5);
+    atomic_store(&slot->word, alive);
+    assert_int_equal(ivshm_free(dp.vr.r, off), IVSHM_OK);
+    doubt_pair_close(&dp);
+}
+
 /* ---- 10: ownership is checked for every chunk of a range ---- */
 
 /* A's buffer range that straddles a chunk of B is not A's: a single-copy
@@ -1508,6 +1542,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stat_damaged_job, setup_long,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_doubt_is_not_death, setup_long,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_owned_waits_out_doubt, setup_long,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_connect_waits_out_doubt,
                                         setup_long, teardown),
