@@ -123,16 +123,31 @@ ivshm_status_t ivshm_detach(ivshm_region_t *r)
         r->hb_running = false;
     }
     struct ivshm_reg_slot *s = ivshm__reg(r, r->slot);
-    uint64_t w = SLOT_WORD(r->gen, SLOT_ALIVE);
+    const uint64_t held = SLOT_WORD(r->gen, SLOT_RECLAIMING);
     r->attached = false;
-    if (!atomic_compare_exchange_strong(&s->word, &w,
-                                        SLOT_WORD(r->gen, SLOT_RECLAIMING)))
-        return ivshm__fail(IVSHM_ERR_LEASE_LOST,
-                           "registry slot %u was reclaimed before detach",
-                           r->slot);
-    stamp_take(s, SLOT_WORD(r->gen, SLOT_RECLAIMING));
-    release_slot(r, r->slot, r->gen, SLOT_WORD(r->gen, SLOT_RECLAIMING),
-                 false);
+    /* A collector judging us (its claim, then its back-off once it sees
+     * our fresh heartbeat: L1) holds the word for a moment: waited for,
+     * as the connect waits for a peer in doubt, then taken back */
+    uint64_t deadline = 0;
+    unsigned spins = 0;
+    for (;;) {
+        uint64_t w = SLOT_WORD(r->gen, SLOT_ALIVE);
+        if (atomic_compare_exchange_strong(&s->word, &w, held))
+            break;
+        if (w != held)
+            return ivshm__fail(IVSHM_ERR_LEASE_LOST,
+                               "registry slot %u was reclaimed before detach",
+                               r->slot);
+        IVSHM_TEST_STEP("detach-doubt");
+        if (!ivshm__doubt_wait(r, r->slot, r->gen, &deadline, &spins))
+            return ivshm__fail(IVSHM_ERR_LEASE_LOST,
+                               "registry slot %u was still being judged by a "
+                               "collector a second into the detach: its "
+                               "memory is left to that collector",
+                               r->slot);
+    }
+    stamp_take(s, held);
+    release_slot(r, r->slot, r->gen, held, false);
     unsigned chunks = 0;
     ivshm__job_gc(r, false, &chunks); /* our job may have lost its last member */
     return IVSHM_OK;

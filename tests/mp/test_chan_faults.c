@@ -1149,6 +1149,55 @@ static void test_owned_waits_out_doubt(void **state)
     doubt_pair_close(&dp);
 }
 
+/* A detach that meets a collector judging its own lease (a claim the
+ * collector backs off from once it sees the fresh heartbeat) waits for the
+ * back-off and frees the slot. Before, it answered "reclaimed" at once and
+ * left the slot alive, with its memory, until the lease timed out. A
+ * judgement that outlasts the bound ends in IVSHM_ERR_LEASE_LOST with the
+ * reason, the slot left to the collector. */
+static void test_detach_waits_out_doubt(void **state)
+{
+    (void)state;
+    size_t len;
+    unsigned char *base = tu_map_raw(path, &len);
+    struct ivshm_reg_slot *slots =
+        (struct ivshm_reg_slot *)(base + ((struct ivshm_hdr *)base)->reg_off);
+    for (int outlasts = 0; outlasts < 2; outlasts++) {
+        struct view v;
+        view_open(&v, "doubtd");
+        ivshm_identity_t id;
+        ivshm_self_identity(v.r, &id);
+        struct ivshm_reg_slot *slot = slots + id.slot;
+        uint64_t alive = atomic_load(&slot->word);
+        uint64_t held = SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING);
+        ivshm_domain_leave(v.d);
+        atomic_store(&slot->word, held);
+        struct backoff_later b;
+        pthread_t t;
+        double t0 = tu_now_s();
+        if (outlasts) {
+            assert_int_equal(ivshm_detach(v.r), IVSHM_ERR_LEASE_LOST);
+            double took = tu_now_s() - t0;
+            assert_true(took >= 0.95 && took < 5);
+            assert_non_null(strstr(ivshm_last_error(), "being judged"));
+            assert_int_equal(atomic_load(&slot->word), held);
+            /* the collector finishes: the generation moves on */
+            atomic_store(&slot->word,
+                         SLOT_WORD(SLOT_GEN(alive) + 1, SLOT_FREE));
+        } else {
+            doubt_end_later(&b, &t, slot, alive, 0.1);
+            assert_int_equal(ivshm_detach(v.r), IVSHM_OK);
+            assert_true(tu_now_s() - t0 >= 0.09);
+            pthread_join(t, NULL);
+            uint64_t w = atomic_load(&slot->word);
+            assert_int_equal(SLOT_GEN(w), SLOT_GEN(alive) + 1);
+            assert_int_equal(SLOT_STATE(w), SLOT_FREE);
+        }
+        ivshm_region_close(v.r);
+    }
+    munmap(base, len);
+}
+
 /* ---- 10: ownership is checked for every chunk of a range ---- */
 
 /* A's buffer range that straddles a chunk of B is not A's: a single-copy
@@ -1545,6 +1594,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_owned_waits_out_doubt, setup_long,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_detach_waits_out_doubt,
+                                        setup_long, teardown),
         cmocka_unit_test_setup_teardown(test_connect_waits_out_doubt,
                                         setup_long, teardown),
         cmocka_unit_test_setup_teardown(test_range_straddles, setup_long,
