@@ -344,6 +344,30 @@ bool ivshm__doubt_wait(ivshm_region_t *r, uint32_t slot, uint32_t gen,
     return true;
 }
 
+/* A life given up on (ivshm__doubt_wait) that reads alive again: its
+ * collector backed off after all, and a later doubt is waited for anew
+ * (ivshm_region_owned asks at every access, not once per job). */
+static void doubt_forget(ivshm_region_t *r, uint32_t slot, uint32_t gen)
+{
+    if (!r->doubt_gave_up || slot >= r->g.reg_slots)
+        return;
+    uint32_t mark = gen + 1;
+    if (atomic_load_explicit(&r->doubt_gave_up[slot], memory_order_relaxed) ==
+        mark)
+        atomic_compare_exchange_strong(&r->doubt_gave_up[slot], &mark, 0);
+}
+
+/* The settled locality's answer loc; a life that reads alive is
+ * forgotten as given up on. */
+static ivshm_locality_t settled_alive(ivshm_region_t *r,
+                                      const ivshm_identity_t *peer,
+                                      ivshm_locality_t loc)
+{
+    if (loc >= IVSHM_PEER_OTHER_VM)
+        doubt_forget(r, peer->slot, peer->gen);
+    return loc;
+}
+
 ivshm_locality_t ivshm_peer_locality_settled(ivshm_region_t *r,
                                              const ivshm_identity_t *peer)
 {
@@ -352,14 +376,14 @@ ivshm_locality_t ivshm_peer_locality_settled(ivshm_region_t *r,
     for (;;) {
         ivshm_locality_t loc = ivshm_peer_locality(r, peer);
         if (loc != IVSHM_PEER_STALE || peer->slot >= r->g.reg_slots)
-            return loc;
+            return settled_alive(r, peer, loc);
         /* in doubt: that life's word, held by a collector (L1); one that
          * backed off since the answer above is asked again */
         IVSHM_TEST_STEP("locality-doubt");
         uint64_t w = atomic_load(&ivshm__reg(r, peer->slot)->word);
         if (w != SLOT_WORD(peer->gen, SLOT_RECLAIMING))
             return w == SLOT_WORD(peer->gen, SLOT_ALIVE)
-                       ? ivshm_peer_locality(r, peer)
+                       ? settled_alive(r, peer, ivshm_peer_locality(r, peer))
                        : loc;
         if (!ivshm__doubt_wait(r, peer->slot, peer->gen, &deadline, &spins))
             return loc;

@@ -482,11 +482,13 @@ static bool coll_alive(const ivshm_identity_t *id)
         return false;
     IVSHMEM_LOCK();
     (void)ivshm_gc(c->r, NULL); /* a dead lease in this VM ends at once */
-    /* settled: a rank that another process' collector is judging (a
-     * paused VM it may still back off from) is waited for, not taken for
-     * gone, which would fail the collective */
-    ivshm_locality_t loc = ivshm_peer_locality_settled(c->r, id);
     IVSHMEM_UNLOCK();
+    /* settled: a rank that another process' collector is judging (a
+     * paused VM it may still back off from) is waited for, up to a
+     * second, not taken for gone, which would fail the collective; out
+     * of the lock, which the other threads' sends and progress need (the
+     * lookup only reads the region, as coll_map's does) */
+    ivshm_locality_t loc = ivshm_peer_locality_settled(c->r, id);
     return loc != IVSHM_PEER_STALE && loc != IVSHM_PEER_REMOTE;
 }
 

@@ -1115,6 +1115,59 @@ static void test_connect_waits_out_doubt(void **state)
     doubt_pair_close(&dp);
 }
 
+/* A connect that waited for a peer in doubt checks our own lease again
+ * before it writes its record of the peer: a lease lost during the wait
+ * (our slot's generation moved on) ends the connect in
+ * IVSHM_ERR_LEASE_LOST, the peer's index not handed out. */
+struct lose_later {
+    _Atomic uint64_t *own_word, *peer_word;
+    uint64_t own_lost, peer_alive;
+};
+static void *lose_then_back_off(void *arg)
+{
+    struct lose_later *l = arg;
+    struct timespec ts = {0, 100000000L};
+    nanosleep(&ts, NULL);
+    atomic_store(l->own_word, l->own_lost);    /* our lease is taken */
+    atomic_store(l->peer_word, l->peer_alive); /* the peer's doubt ends */
+    return NULL;
+}
+static void test_connect_rechecks_own_lease(void **state)
+{
+    (void)state;
+    struct doubt_pair dp;
+    doubt_pair_open(&dp, "doubtl");
+    struct view vt;
+    view_open(&vt, "doubtl");
+    struct sink ts;
+    ivshm_ep_t *tx2 = make_ep(&vt, 2, &dp.c, &ts);
+    struct ivshm_reg_slot *peer_slot = own_slot(&dp, &dp.vr);
+    struct ivshm_reg_slot *mine = own_slot(&dp, &vt);
+    uint64_t alive = atomic_load(&peer_slot->word);
+    uint64_t mine_alive = atomic_load(&mine->word);
+    uint8_t a[IVSHM_EP_ADDR_SIZE];
+    ivshm_ep_address(dp.rx, a);
+    atomic_store(&peer_slot->word,
+                 SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING));
+    struct lose_later l = {
+        &mine->word, &peer_slot->word,
+        SLOT_WORD(SLOT_GEN(mine_alive) + 1, SLOT_FREE), alive};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, lose_then_back_off, &l), 0);
+    uint32_t peer = 99;
+    assert_int_equal(ivshm_ep_connect(tx2, a, sizeof(a), &peer),
+                     IVSHM_ERR_LEASE_LOST);
+    pthread_join(t, NULL);
+    assert_int_equal(peer, 99);
+    /* the other sender, whose lease holds, still connects */
+    assert_int_equal(ivshm_ep_connect(dp.tx, a, sizeof(a), &peer), IVSHM_OK);
+    assert_int_equal(peer, 0);
+    atomic_store(&mine->word, mine_alive); /* for the detach at the close */
+    ivshm_ep_destroy(tx2);
+    view_close(&vt);
+    doubt_pair_close(&dp);
+}
+
 /* A check that another process' memory is its own (coll ivshmem maps
  * areas so) meets the owner's lease in doubt: it waits the doubt out
  * instead of calling the owner dead; a doubt past the bound is a death. */
@@ -1132,19 +1185,38 @@ static void test_owned_waits_out_doubt(void **state)
     assert_int_equal(ivshm_region_owned(dp.vs.r, &id, off, 4096), IVSHM_OK);
     struct backoff_later b;
     pthread_t t;
-    atomic_store(&slot->word, SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING));
-    double t0 = tu_now_s();
-    doubt_end_later(&b, &t, slot, alive, 0.1);
-    assert_int_equal(ivshm_region_owned(dp.vs.r, &id, off, 4096), IVSHM_OK);
-    assert_true(tu_now_s() - t0 >= 0.09);
-    pthread_join(t, NULL);
-    atomic_store(&slot->word, SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING));
-    t0 = tu_now_s();
-    assert_int_equal(ivshm_region_owned(dp.vs.r, &id, off, 4096),
-                     IVSHM_ERR_PEER_DEAD);
-    double took = tu_now_s() - t0;
-    assert_true(took >= 0.95 && took < 5);
-    atomic_store(&slot->word, alive);
+    uint64_t held = SLOT_WORD(SLOT_GEN(alive), SLOT_RECLAIMING);
+    /* a doubt that ends 0.1 s on: the plain locality says stale, the
+     * check waits (twice: each doubt is waited for anew) */
+    for (int k = 0; k < 2; k++) {
+        atomic_store(&slot->word, held);
+        assert_int_equal(ivshm_peer_locality(dp.vs.r, &id), IVSHM_PEER_STALE);
+        double t0 = tu_now_s();
+        doubt_end_later(&b, &t, slot, alive, 0.1);
+        assert_int_equal(ivshm_region_owned(dp.vs.r, &id, off, 4096),
+                         IVSHM_OK);
+        assert_true(tu_now_s() - t0 >= 0.09);
+        pthread_join(t, NULL);
+        if (k)
+            break;
+        /* one that outlasts the bound: the owner is dead to the check, at
+         * once when asked again while the doubt lasts */
+        atomic_store(&slot->word, held);
+        t0 = tu_now_s();
+        assert_int_equal(ivshm_region_owned(dp.vs.r, &id, off, 4096),
+                         IVSHM_ERR_PEER_DEAD);
+        double took = tu_now_s() - t0;
+        assert_true(took >= 0.95 && took < 5);
+        t0 = tu_now_s();
+        assert_int_equal(ivshm_region_owned(dp.vs.r, &id, off, 4096),
+                         IVSHM_ERR_PEER_DEAD);
+        assert_true(tu_now_s() - t0 < 0.5);
+        /* the collector backs off: alive again, and forgotten as given up
+         * on, so the next doubt (k = 1) is waited for */
+        atomic_store(&slot->word, alive);
+        assert_int_equal(ivshm_region_owned(dp.vs.r, &id, off, 4096),
+                         IVSHM_OK);
+    }
     assert_int_equal(ivshm_free(dp.vr.r, off), IVSHM_OK);
     doubt_pair_close(&dp);
 }
@@ -1594,6 +1666,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_owned_waits_out_doubt, setup_long,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_connect_rechecks_own_lease,
+                                        setup_long, teardown),
         cmocka_unit_test_setup_teardown(test_detach_waits_out_doubt,
                                         setup_long, teardown),
         cmocka_unit_test_setup_teardown(test_connect_waits_out_doubt,
