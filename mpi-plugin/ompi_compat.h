@@ -104,7 +104,8 @@ static inline int ivshmem_modex_recv_if_posted(const mca_base_component_t *comp,
  * once passes one it keeps (zero but for the two segment fields, which
  * are set here), since zeroing it for each message cost 18 of the
  * region route's 119 instructions a message besides ob1's match
- * (docs/channels.md, "The receive descriptor"); kept NULL builds one on the stack. */
+ * (docs/channels.md, "The receive descriptor"); kept NULL builds one on
+ * the stack. */
 static inline void
 ivshmem_compat_deliver(struct mca_btl_base_module_t *btl,
                        struct mca_btl_base_endpoint_t *ep,

@@ -138,7 +138,6 @@ ivshm_status_t ivshm_detach(ivshm_region_t *r)
             return ivshm__fail(IVSHM_ERR_LEASE_LOST,
                                "registry slot %u was reclaimed before detach",
                                r->slot);
-        IVSHM_TEST_STEP("detach-doubt");
         if (!ivshm__doubt_wait(r, r->slot, r->gen, &deadline, &spins))
             return ivshm__fail(IVSHM_ERR_LEASE_LOST,
                                "registry slot %u was still being judged by a "
