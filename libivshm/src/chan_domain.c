@@ -56,7 +56,8 @@ ivshm_status_t ivshm_region_endpoints(ivshm_region_t *r, ivshm_ep_visit_fn fn,
 {
     for (uint32_t j = 0; j < r->g.job_slots; j++) {
         ivshm_job_info_t ji;
-        uint64_t area_off, area_size;
+        /* set where the area is found (LTO's inlining hides that) */
+        uint64_t area_off = 0, area_size = 0;
         if (ivshm_region_job(r, j, &ji) != IVSHM_OK ||
             ji.state != SLOT_ALIVE ||
             ivshm__job_area(r, j, ji.gen, &area_off, &area_size) != IVSHM_OK)

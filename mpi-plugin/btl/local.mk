@@ -32,9 +32,9 @@ mpi_plugin_btl_mca_btl_ivshmem_la_SOURCES =
 # its calls into the channel are direct, not through the PLT, and nothing
 # else binds to this copy (ivshm_locate_v1 is the component's own)
 mpi_plugin_btl_mca_btl_ivshmem_la_LDFLAGS = $(OMPI_COMPONENT_LDFLAGS) \
-	-Wl,--exclude-libs,libivshm-core.a
+	-Wl,--exclude-libs,libivshm-core.a:libivshm-core-lto.a
 mpi_plugin_btl_mca_btl_ivshmem_la_LIBADD = mpi-plugin/btl/libbtl-ivshmem.la \
-	libivshm/libivshm-core.la $(OPAL_LIBS) $(VERBS_LIBS) -ldl
+	$(IVSHM_CORE_FOR_COMPONENTS) $(OPAL_LIBS) $(VERBS_LIBS) -ldl
 ompihelpdir = $(OMPI_HELPDIR)
 dist_ompihelp_DATA = mpi-plugin/btl/help-mpi-btl-ivshmem.txt
 else

@@ -26,10 +26,10 @@ mpi_plugin_ucx_libuct_ivshmem_la_SOURCES = $(UCT_IVSHMEM_SRCS)
 # UCX's headers are not -Wextra clean: read them as system headers
 mpi_plugin_ucx_libuct_ivshmem_la_CPPFLAGS = -I$(top_srcdir)/libivshm/include \
 	-isystem $(UCX_SRC)/src
-mpi_plugin_ucx_libuct_ivshmem_la_CFLAGS = $(AM_CFLAGS) -pthread
+mpi_plugin_ucx_libuct_ivshmem_la_CFLAGS = $(AM_CFLAGS) -pthread $(IVSHM_LTO_CFLAGS)
 mpi_plugin_ucx_libuct_ivshmem_la_LDFLAGS = -module -avoid-version -shared \
-	-Wl,-z,defs -Wl,--exclude-libs,ALL -pthread
-mpi_plugin_ucx_libuct_ivshmem_la_LIBADD = libivshm/libivshm-core.la \
+	-Wl,-z,defs -Wl,--exclude-libs,ALL -pthread $(IVSHM_LTO_LDFLAGS)
+mpi_plugin_ucx_libuct_ivshmem_la_LIBADD = $(IVSHM_CORE_FOR_COMPONENTS) \
 	-luct -lucs -ldl
 else
 EXTRA_DIST += $(UCT_IVSHMEM_SRCS)

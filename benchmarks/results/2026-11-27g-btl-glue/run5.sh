@@ -5,6 +5,8 @@
 # parallel), then one ab.sh call from tree $ABTREE (default new) with the
 # set-ups and vader, vader the reference. Output: $OUT/ab-NAME.txt
 # PAIRS=N (optional) sets ab.sh's --pairs for mlat and mbwmr.
+# DEVCC=compiler (optional) configures every tree with CC=compiler (the
+# device's default gcc wrapper cannot run lto-wrapper: DEVCC=/usr/bin/gcc).
 set -u
 t=$PWD
 export PATH=$t/.devtools/bin:$PATH
@@ -17,7 +19,7 @@ for s in "$@"; do
   built="$built$tree "
   d=$t/_build-dev2/$tree
   [ -f $d/_b/mpi-plugin/btl/.libs/mca_btl_ivshmem.so ] ||
-  (cd $d && mkdir -p _b && cd _b && ../configure CFLAGS="-O2 -g" --disable-guest-tests >configure.out 2>&1 && make -j8 >make.out 2>&1 || tail -20 make.out) &
+  (cd $d && mkdir -p _b && cd _b && ../configure ${DEVCC:+CC=$DEVCC} CFLAGS="-O2 -g" --disable-guest-tests >configure.out 2>&1 && make -j8 >make.out 2>&1 || tail -20 make.out) &
 done
 wait
 set --  "$@"
