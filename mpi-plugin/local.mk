@@ -18,9 +18,8 @@
 # switch for pml ucx (docs/ucx.md).
 OMPI_COMPONENT_CPPFLAGS = $(OPAL_CFLAGS) -I$(top_srcdir)/libivshm/include \
 	-I$(top_srcdir)/mpi-plugin -I$(top_srcdir)/mpi-plugin/btl
-OMPI_COMPONENT_CFLAGS = $(AM_CFLAGS) -mcx16 -pthread $(IVSHM_LTO_CFLAGS)
-OMPI_COMPONENT_LDFLAGS = -module -avoid-version -shared -Wl,-z,defs -pthread \
-	$(IVSHM_LTO_LDFLAGS)
+OMPI_COMPONENT_CFLAGS = $(AM_CFLAGS) -mcx16 -pthread
+OMPI_COMPONENT_LDFLAGS = -module -avoid-version -shared -Wl,-z,defs -pthread
 EXTRA_DIST += mpi-plugin/ompi_compat.h
 ompicomponentdir = $(OMPI_PKGLIBDIR)
 ompicomponent_LTLIBRARIES =

@@ -12,6 +12,6 @@ top=$(pwd)
 [ -d "$top/.devtools/bin" ] && PATH=$top/.devtools/bin:$PATH && export PATH
 [ -x configure ] && [ "${SKIP_AUTORECONF:-0}" = 1 ] || autoreconf -fi >/dev/null 2>&1
 rm -rf _dev && mkdir -p _dev && cd _dev
-"$top/configure" ${DEVCC:+CC=$DEVCC} CFLAGS="-O2 -g" --disable-guest-tests >configure.out 2>&1 ||
+"$top/configure" ${DEVCC:+"CC=$DEVCC"} CFLAGS="-O2 -g" --disable-guest-tests >configure.out 2>&1 ||
     { tail -40 configure.out; exit 1; }
 make -j"$(nproc)" >make.out 2>&1 || { tail -40 make.out; exit 1; }

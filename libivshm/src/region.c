@@ -500,7 +500,7 @@ ivshm_status_t ivshm_region_open(const char *uri, unsigned flags,
                                  ivshm_region_t **out)
 {
     *out = NULL;
-    ivshm_region_t *r;
+    ivshm_region_t *r = NULL; /* set where the mapping succeeds */
     ivshm_status_t st =
         map_region(uri, (flags & IVSHM_OPEN_RDONLY) != 0, false, 0, &r);
     if (st != IVSHM_OK)

@@ -38,7 +38,7 @@ int ivshm_locate_v1(const void *addr, size_t len, ivshm_location_t *loc)
     ivshm_region_t *r = __atomic_load_n(&IVSHMEM_COMPONENT->r,
                                         __ATOMIC_ACQUIRE);
     ivshm_identity_t self;
-    uint64_t off;
+    uint64_t off = 0; /* set where the locate succeeds */
     if (r == NULL || ivshm_region_locate(r, addr, len, &off, &self) != IVSHM_OK)
         return -1;
     memset(loc, 0, sizeof(*loc));

@@ -36,7 +36,7 @@ mca_btl_ivshmem_alloc(struct mca_btl_base_module_t *btl,
      * copy in parallel. Small messages, any without a free fragment and
      * any behind queued sends (those get freed fragments first) are staged
      * privately. */
-    void *buf;
+    void *buf = NULL; /* set where the reservation succeeds */
     if (endpoint && size > IVSHMEM_COMPONENT->inline_max) {
         IVSHMEM_LOCK();
         if (IVSHMEM_COMPONENT->ep && opal_list_is_empty(&endpoint->pending) &&

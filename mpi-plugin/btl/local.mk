@@ -25,14 +25,17 @@ mpi_plugin_btl_libbtl_ivshmem_la_CPPFLAGS += -DIVSHMEM_HAVE_VERBS=1
 else
 EXTRA_DIST += $(BTL_IVSHMEM_VERBS_SRCS)
 endif
-mpi_plugin_btl_libbtl_ivshmem_la_CFLAGS = $(OMPI_COMPONENT_CFLAGS)
+# link-time optimisation where configure found it: the channel's send is
+# inlined into sendi (docs/channels.md, "The channel inlined into the
+# components")
+mpi_plugin_btl_libbtl_ivshmem_la_CFLAGS = $(OMPI_COMPONENT_CFLAGS) $(IVSHM_LTO_CFLAGS)
 ompicomponent_LTLIBRARIES += mpi-plugin/btl/mca_btl_ivshmem.la
 mpi_plugin_btl_mca_btl_ivshmem_la_SOURCES =
 # libivshm's symbols stay inside the component (as in the UCT module):
 # its calls into the channel are direct, not through the PLT, and nothing
 # else binds to this copy (ivshm_locate_v1 is the component's own)
 mpi_plugin_btl_mca_btl_ivshmem_la_LDFLAGS = $(OMPI_COMPONENT_LDFLAGS) \
-	-Wl,--exclude-libs,libivshm-core.a:libivshm-core-lto.a
+	-Wl,--exclude-libs,libivshm-core.a:libivshm-core-lto.a $(IVSHM_LTO_LDFLAGS)
 mpi_plugin_btl_mca_btl_ivshmem_la_LIBADD = mpi-plugin/btl/libbtl-ivshmem.la \
 	$(IVSHM_CORE_FOR_COMPONENTS) $(OPAL_LIBS) $(VERBS_LIBS) -ldl
 ompihelpdir = $(OMPI_HELPDIR)

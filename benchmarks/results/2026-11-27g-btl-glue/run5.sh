@@ -19,7 +19,7 @@ for s in "$@"; do
   built="$built$tree "
   d=$t/_build-dev2/$tree
   [ -f $d/_b/mpi-plugin/btl/.libs/mca_btl_ivshmem.so ] ||
-  (cd $d && mkdir -p _b && cd _b && ../configure ${DEVCC:+CC=$DEVCC} CFLAGS="-O2 -g" --disable-guest-tests >configure.out 2>&1 && make -j8 >make.out 2>&1 || tail -20 make.out) &
+  (cd $d && mkdir -p _b && cd _b && ../configure ${DEVCC:+"CC=$DEVCC"} CFLAGS="-O2 -g" --disable-guest-tests >configure.out 2>&1 && make -j8 >make.out 2>&1 || tail -20 make.out) &
 done
 wait
 set --  "$@"
