@@ -5,7 +5,8 @@
  * batches of 2000 round trips, one way, ns). Options add what our box
  * does to its lines: -DTERM the terminator store after the entry before
  * its publish, -DZA zeroing line starts 256-384 bytes ahead, -DTAIL the
- * receiver's tail store per entry. A measuring tool of
+ * receiver's tail store per entry, -DNEXT the receiver's look at the next
+ * entry's word after it took one (as the usual poll's loop does). A measuring tool of
  * benchmarks/results/2026-12-03-standing, not part of the project.
  *   gcc -O2 [-DTERM] [-DZA] [-DTAIL] minpp.c -o minpp && ./minpp CPU0 CPU1 */
 #define _GNU_SOURCE
@@ -26,6 +27,7 @@ static void pin(int c){cpu_set_t s;CPU_ZERO(&s);CPU_SET(c,&s);sched_setaffinity(
 struct ring { char *base; uint64_t pos; _Atomic uint64_t *tail; };
 static char rbuf[64], sbuf[64];
 static volatile uint64_t got;
+static volatile uint64_t sink;
 static inline void send1(struct ring *r, const char *p, uint32_t len){
   uint32_t off = r->pos % RING; char *at = r->base + off;
   memcpy(at + 8, p, len);
@@ -46,6 +48,11 @@ static inline int poll1(struct ring *r){
   r->pos += ENT;
 #ifdef TAIL
   atomic_store_explicit(r->tail, r->pos, memory_order_release);
+#endif
+#ifdef NEXT
+  { char *nx = r->base + r->pos % RING;
+    uint64_t w2 = atomic_load_explicit((_Atomic uint64_t *)nx, memory_order_acquire);
+    if (w2 == r->pos / ENT + 1) { sink += w2; } }
 #endif
 #ifdef WORK
   for (volatile int k = 0; k < WORK; k++);
