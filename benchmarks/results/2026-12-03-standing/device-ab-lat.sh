@@ -2,7 +2,7 @@
 # On a device machine (run tool), from the repository root: builds the
 # trees _build-dev2/TREE (generated build system carried), then runs their
 # ivshm-lat in turn, ROUNDS rounds (default 8), on CPUs 2 and 4 (CPUS=A,B
-# for others): per run the raw ping-pong and 1, 8, 16 B.
+# for others): per run the raw ping-pong and 1, 8, 16 B. ROUNDS=0 builds only.
 #   [ROUNDS=N] sh device-ab-lat.sh TREE...
 set -eu
 n=${ROUNDS:-8} cpus=${CPUS:-2,4}

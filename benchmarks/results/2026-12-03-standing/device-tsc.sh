@@ -7,13 +7,11 @@
 set -eu
 cpus=${CPUS:-2,4}
 here=$(cd "$(dirname "$0")" && pwd)
-t=$PWD/_build-dev2/new
-mkdir -p "$t/_b" && cd "$t/_b"
-[ -f libivshm/.libs/libivshm.so ] ||
-    { ../configure CC=/usr/bin/gcc CFLAGS="-O2 -g" --disable-guest-tests >configure.out 2>&1 && make -j16 >make.out 2>&1; }
+ROUNDS=0 sh "$here/device-ab-lat.sh" new # builds _build-dev2/new
+cd "$PWD/_build-dev2/new/_b"
 w=$(mktemp -d)
 cp ../benchmarks/ivshm_perf.c "$w/lat.c"
-(cd "$w" && sed 's|^\([-+][-+][-+] \)[ab]/benchmarks/ivshm_perf.c|\1lat.c|; s|^+++ lat.c.*|+++ lat.c|; s|^--- lat.c.*|--- lat.c|' "$here/ivshm-lat-tsc.patch" | patch -s lat.c)
+patch -s "$w/lat.c" <"$here/ivshm-lat-tsc.patch"
 gcc -O2 -I. -I../libivshm/include -DHAVE_CONFIG_H "$w/lat.c" -o "$w/lat" -Llibivshm/.libs -livshm $(grep -q 'define HAVE_HWLOC 1' config.h && echo -lhwloc)
 lscpu | grep -E 'Model name|MHz' || true
 for i in 1 2 3 4 5; do

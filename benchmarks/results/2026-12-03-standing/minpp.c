@@ -6,9 +6,12 @@
  * does to its lines: -DTERM the terminator store after the entry before
  * its publish, -DZA zeroing line starts 256-384 bytes ahead, -DTAIL the
  * receiver's tail store per entry, -DNEXT the receiver's look at the next
- * entry's word after it took one (as the usual poll's loop does). A measuring tool of
+ * entry's word after it took one (as the usual poll's loop does). The raw
+ * ping-pong is ivshm-lat's (benchmarks/ivshm_perf.c), repeated here so that
+ * this file builds alone. A measuring tool of
  * benchmarks/results/2026-12-03-standing, not part of the project.
- *   gcc -O2 [-DTERM] [-DZA] [-DTAIL] minpp.c -o minpp && ./minpp CPU0 CPU1 */
+ *   gcc -O2 [-DTERM] [-DZA] [-DTAIL] [-DNEXT] minpp.c -o minpp
+ *   ./minpp CPU0 CPU1      (exits if it cannot pin to both) */
 #define _GNU_SOURCE
 #include <sched.h>
 #include <stdatomic.h>
@@ -23,7 +26,8 @@
 #define RING 4096
 #define ENT 16
 static uint64_t now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1000000000ull+t.tv_nsec;}
-static void pin(int c){cpu_set_t s;CPU_ZERO(&s);CPU_SET(c,&s);sched_setaffinity(0,sizeof s,&s);}
+static void pin(int c){cpu_set_t s;CPU_ZERO(&s);CPU_SET(c,&s);
+  if(sched_setaffinity(0,sizeof s,&s)){perror("minpp: pin");exit(1);}}
 struct ring { char *base; uint64_t pos; _Atomic uint64_t *tail; };
 static char rbuf[64], sbuf[64];
 static volatile uint64_t got;
@@ -54,13 +58,11 @@ static inline int poll1(struct ring *r){
     uint64_t w2 = atomic_load_explicit((_Atomic uint64_t *)nx, memory_order_acquire);
     if (w2 == r->pos / ENT + 1) { sink += w2; } }
 #endif
-#ifdef WORK
-  for (volatile int k = 0; k < WORK; k++);
-#endif
   return 1;
 }
 static int cmpd(const void*a,const void*b){double x=*(double*)a,y=*(double*)b;return (x>y)-(x<y);}
 int main(int argc,char**argv){
+  if(argc!=3){fprintf(stderr,"usage: minpp CPU0 CPU1\n");return 2;}
   int c0=atoi(argv[1]), c1=atoi(argv[2]);
   char *m = mmap(0, 3*RING+4096, PROT_READ|PROT_WRITE, MAP_SHARED|MAP_ANONYMOUS, -1, 0);
   memset(m,0,3*RING+4096);
