@@ -16,6 +16,7 @@
 
 #include <ivshm/channel.h>
 
+#include <errno.h>
 #include <getopt.h>
 #include <sched.h>
 #include <signal.h>
@@ -116,12 +117,22 @@ static void bind_rank(int id)
         hwloc_topology_destroy(t);
     }
 #endif
-    if (cpu < 0)
+    bool asked = cpu >= 0;
+    if (!asked)
         cpu = id;
+    /* a figure taken unpinned is not the figure asked for: say so, and
+     * stop where the CPUs were given */
     cpu_set_t set;
     CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    sched_setaffinity(0, sizeof(set), &set);
+    if (cpu < CPU_SETSIZE)
+        CPU_SET(cpu, &set);
+    if (cpu >= CPU_SETSIZE || sched_setaffinity(0, sizeof(set), &set) != 0) {
+        fprintf(stderr, "%s: rank %d cannot run on CPU %d: %s\n",
+                program_invocation_short_name, id, cpu,
+                cpu >= CPU_SETSIZE ? "no such CPU" : strerror(errno));
+        if (asked)
+            exit(2);
+    }
 }
 
 static void progress(struct rank *k) { ivshm_ep_progress(k->ep); }
