@@ -23,7 +23,7 @@
  * or a line start the writer zeroed ahead after an earlier publish:
  * ivshm__fbox_zero_ahead).
  */
-#include "chan_internal.h"
+#include "chan_fbox_read.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +60,7 @@ void ivshm__fbox_check_grant(ivshm_ep_t *ep, struct peer *p)
     p->tx_fbox_long_above = p->g.cell_size - CELL_SHORT_HDR;
     p->tx_long_skip = 0;
     p->tx_long_pseq_in = p->pseq_in - 1; /* the first may */
+    ivshm__tx_usual_update(p);
     BUMP(ep, fbox_used, 1);
 }
 
@@ -201,25 +202,6 @@ void ivshm__fbox_release(ivshm_ep_t *ep, struct peer *p, uint32_t idx)
     ep->fbox_granted--;
 }
 
-/* The bytes of an entry with word w at offset off if it ends inside the
- * ring, else 0. */
-static inline uint32_t size_in_ring(const ivshm_ep_t *ep, uint64_t w,
-                                    uint32_t off)
-{
-    uint32_t size = fbox_entry_size(off, FBOX_LEN(w));
-    return size <= ep->fbox_ring - off ? size : 0;
-}
-
-/* entry_size of an FBOX_MSG entry, inline: the usual poll sizes every
- * message with it (docs/channels.md, "The receive glue") */
-static inline uint32_t msg_entry_size(const ivshm_ep_t *ep, uint64_t w,
-                                      uint32_t off)
-{
-    if ((int32_t)FBOX_LEN(w) > ep->fbox_msg_max)
-        return 0;
-    return size_in_ring(ep, w, off);
-}
-
 /* Bytes the entry with word w at offset off takes, 0 if it breaks the
  * rules of our boxes (its sender wrote it: untrusted). */
 static uint32_t entry_size(const ivshm_ep_t *ep, uint64_t w, uint32_t off)
@@ -236,66 +218,6 @@ static uint32_t entry_size(const ivshm_ep_t *ep, uint64_t w, uint32_t off)
     default:
         return 0;
     }
-}
-
-/* The box moves past the entry of `size` bytes at its head, delivered. */
-static inline void box_advance(const ivshm_ep_t *ep, struct peer *p,
-                               uint32_t size)
-{
-    uint32_t next = p->rx_fbox_off + size;
-    p->rx_fbox_wait = 0;
-    p->rx_fbox_pos += size;
-    p->rx_fbox_off = next == ep->fbox_ring ? 0 : next;
-    p->rx_fbox_seq++;
-}
-
-/* F1: releases the bytes read, in batches of a quarter ring, or all of
- * them where the pass did not end on its budget. */
-static inline void box_release(const ivshm_ep_t *ep, struct peer *p, bool all)
-{
-    if (p->rx_fbox_pos != p->rx_fbox_released &&
-        (p->rx_fbox_pos - p->rx_fbox_released >= ep->fbox_ring / 4 || all)) {
-        atomic_store_explicit(&p->rx_fbox_hdr->tail, p->rx_fbox_pos,
-                              memory_order_release);
-        p->rx_fbox_released = p->rx_fbox_pos;
-    }
-}
-
-/* Is the entry with word w the usual one, a message that is the pair's
- * next piece (it goes to the handler as it is)? */
-static inline bool usual_entry(const struct peer *p, uint64_t w)
-{
-    return FBOX_KIND(w) == FBOX_MSG &&
-           FBOX_PSEQ(w) == (uint16_t)p->pseq_in;
-}
-
-int ivshm__fbox_poll_usual(ivshm_ep_t *ep, int budget)
-{
-    uint32_t idx = ep->active[0];
-    struct peer *p = ep->peers[idx];
-    if (!p || !p->rx_fbox || p->dead)
-        return -1;
-    int n = 0;
-    while (n < budget && !p->rx_fbox_bad) {
-        /* ivshm__fbox_head_entry and usual_entry in one compare */
-        uint32_t off = p->rx_fbox_off;
-        uint64_t w = atomic_load_explicit(
-            (_Atomic uint64_t *)(p->rx_fbox + off), memory_order_acquire);
-        uint32_t size = (w & FBOX_USUAL_MASK) == ivshm__fbox_usual_word(p)
-                            ? msg_entry_size(ep, w, off)
-                            : 0;
-        if (!size)
-            break; /* the whole pass takes it */
-        ivshm__hand_over_msg(ep, p, idx, w, p->rx_fbox + off + 8);
-        box_advance(ep, p, size);
-        n++;
-        if (!p->rx_fbox)
-            return n; /* sender died in the handler's wake */
-    }
-    if (!n)
-        return -1;
-    box_release(ep, p, n < budget);
-    return n;
 }
 
 int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)

@@ -198,6 +198,12 @@ struct peer {
      * future); and FBOX_MSG entries held behind past a resync could fall
      * more than 2^15 behind, where their 16 bits alias. */
     uint32_t tx_box_held;
+    /* messages shorter than this go into its box as they are, with no
+     * other admission check (chan_send.c, send_usual): a box granted,
+     * FBOX_MSG entries allowed, no reservation held, and no longer than
+     * both tx_fbox_msg_max and tx_fbox_long_above; 0 where none may
+     * (ivshm__tx_usual_update keeps it) */
+    uint32_t tx_usual_below;
     uint64_t region_tickets;
     bool peer_may_block; /* it has blocked once: wake it with a fence */
     /* we receive from it */
@@ -272,6 +278,9 @@ struct ivshm_ep {
     struct pending pend[PENDING_MAX];
     uint32_t npend;
     uint32_t polls;
+    /* the usual path delivered since the stats were last mirrored: the
+     * next call that finds nothing mirrors them (chan_recv.c, settle) */
+    bool mirror_due;
     uint64_t last_liveness, last_gc;
     bool liveness_due; /* a sleeper's next pass checks liveness (time-gated) */
     bool lease_reported;
@@ -296,6 +305,18 @@ struct ivshm_ep {
 #define BUMP(ep, field, by)                                                  \
     atomic_store_explicit(&(ep)->ctl->field, (ep)->st.field += (by),         \
                           memory_order_relaxed)
+
+/* Sets p->tx_usual_below from what it sums up; after any of those
+ * changes (a grant picked up, a reservation of a box entry opened or
+ * closed). */
+static inline void ivshm__tx_usual_update(struct peer *p)
+{
+    uint32_t max = p->tx_fbox_msg_max < p->tx_fbox_long_above
+                       ? p->tx_fbox_msg_max
+                       : p->tx_fbox_long_above;
+    p->tx_usual_below =
+        p->tx_fbox && p->tx_fbox_msg && !p->tx_box_held ? max + 1 : 0;
+}
 
 /* chan_peer.c */
 uint64_t ivshm__ctl_size_for(const ivshm_ep_config_t *c, uint32_t max_eps,
@@ -472,14 +493,6 @@ struct cell *ivshm__fbox_claim(struct peer *p, uint32_t bytes, uint64_t *pos);
 void ivshm__fbox_grant(ivshm_ep_t *ep, struct peer *p, uint32_t idx);
 void ivshm__fbox_release(ivshm_ep_t *ep, struct peer *p, uint32_t idx);
 int ivshm__fbox_poll(ivshm_ep_t *ep, int budget);
-/* The usual call of a receiver with one fast box (ep->nactive == 1; a
- * pair, a halo's neighbour) whose FIFO is idle: takes the entries at the
- * box's head that are the pair's next messages, as they come, up to the
- * budget, and returns how many. It stops at anything else (a cell, a
- * skip, a piece out of order, a broken entry); the whole pass
- * (ivshm__fbox_poll) takes that, in this call (-1: nothing was taken, or
- * the sender is dead) or in the next. */
-int ivshm__fbox_poll_usual(ivshm_ep_t *ep, int budget);
 /* A published cell waits in one of the fast boxes we granted. */
 bool ivshm__fbox_ready(ivshm_ep_t *ep);
 /* The word of the entry at the head of p's box, if one is published
@@ -494,8 +507,9 @@ static inline bool ivshm__fbox_head_entry(const struct peer *p, uint64_t *w)
     *w = v;
     return FBOX_KIND(v) && FBOX_SEQ(v) == (uint16_t)(p->rx_fbox_seq + 1);
 }
-/* The fields of an entry's word that tell the usual entry (chan_fbox.c,
- * ivshm__fbox_poll_usual): its seq, its kind and the pair's sequence. */
+/* The fields of an entry's word that tell the usual entry
+ * (chan_fbox_read.h, usual_entry): its seq, its kind and the pair's
+ * sequence. */
 #define FBOX_USUAL_MASK FBOX_WORD(0xffff, 0xff, 0, 0, 0xffff)
 /* Those fields of the usual entry at the head of p's box: the box's next
  * entry, a message, the pair's next piece. */

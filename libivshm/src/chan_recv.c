@@ -4,7 +4,7 @@
  * whose missing piece is provably lost, and liveness: peers whose life
  * ended, and our own lease.
  */
-#include "chan_internal.h"
+#include "chan_fbox_read.h"
 #include "doorbell.h"
 
 /* Reclaims dead leases (at most every GC_MAX_NS: a dead process of this
@@ -113,6 +113,34 @@ liveness:
     return n;
 }
 
+/* The usual entry found at the head of p's box (index idx), with word w:
+ * takes it and those after it, or leaves the whole pass the entry the
+ * usual steps refuse. A call of its own, so that the calls that find
+ * nothing save no registers. */
+static __attribute__((noinline)) int progress_usual(ivshm_ep_t *ep,
+                                                    struct peer *p,
+                                                    uint32_t idx, uint64_t w)
+{
+    int n = box_take_usual(ep, p, idx, w, (int)ep->cfg.max_per_poll);
+    if (!n)
+        return progress_pass(ep, LOOK_BOXES);
+    ep->mirror_due = true;
+    return n;
+}
+
+/* A call that found nothing in p's box, after the usual path took
+ * entries: what that path left for later, off the path of a reply. The
+ * bytes read go back to the sender (F1; the box's tail is a line the
+ * sender reads only when its box looks full), and the stats to the shared
+ * line. */
+static __attribute__((noinline)) int settle(ivshm_ep_t *ep, struct peer *p)
+{
+    box_release(ep, p, true);
+    ep->mirror_due = false;
+    mirror_stats(ep);
+    return 0;
+}
+
 /* Most calls of a polling receiver find nothing: they are answered here,
  * by a few loads of lines that stay in our cache (our lease word, the
  * FIFO's head, each box's head entry), without the frame of the whole
@@ -123,7 +151,13 @@ liveness:
  * or parked, so it is seen here. It only looks at liveness, which
  * progress_pass does every LIVENESS_PERIOD calls. A sender's progress
  * while it waits for room, and a receiver between windows or waiting for
- * a reply, make most of their calls such. */
+ * a reply, make most of their calls such.
+ * A receiver with one box (a pair, a halo's neighbour) and an idle FIFO
+ * takes the box's usual entries here too, the pair's next messages, with
+ * the reader's steps inline (chan_fbox_read.h): no call of the poll, no
+ * second look at the peer, no pass's loop over the boxes or its gap
+ * bookkeeping (nothing here can leave a gap); docs/channels.md, "The
+ * usual path". */
 int ivshm_ep_progress(ivshm_ep_t *ep)
 {
     /* A handler's own call delivers nothing: the pass it is in has not
@@ -133,25 +167,36 @@ int ivshm_ep_progress(ivshm_ep_t *ep)
     if (__builtin_expect(ep->in_handler, 0))
         return 0;
     ++ep->polls;
-    enum first_look look =
-        ivshm__lease_held(ep->r) != IVSHM_OK ? LOOK_LEASE_LOST
-        : !ivshm__fifo_idle(ep)              ? LOOK_ALL
-        : !ivshm__fbox_idle(ep)              ? LOOK_BOXES
-                                             : LOOK_IDLE;
-    if (ep->polls % LIVENESS_PERIOD != 0 && !ep->liveness_due) {
-        if (look == LOOK_IDLE)
-            return 0;
-        /* a receiver with one box and an idle FIFO takes the box's usual
-         * entries without the whole pass's frame, its loop over the boxes
-         * and its gap bookkeeping (nothing here can leave a gap) */
-        int n;
-        if (look == LOOK_BOXES && ep->nactive == 1 &&
-            (n = ivshm__fbox_poll_usual(ep, (int)ep->cfg.max_per_poll)) >= 0) {
-            mirror_stats(ep);
-            return n;
+    if (__builtin_expect(ivshm__lease_held(ep->r) != IVSHM_OK, 0))
+        return progress_pass(ep, LOOK_LEASE_LOST);
+    if (!ivshm__fifo_idle(ep))
+        return progress_pass(ep, LOOK_ALL);
+    if (__builtin_expect(
+            ep->polls % LIVENESS_PERIOD == 0 || ep->liveness_due, 0))
+        return progress_pass(ep,
+                             ivshm__fbox_idle(ep) ? LOOK_IDLE : LOOK_BOXES);
+    if (ep->nactive == 1) {
+        uint32_t idx = ep->active[0];
+        struct peer *p = ep->peers[idx];
+        if (p && p->rx_fbox) {
+            /* ivshm__fbox_idle's look at this box, the cheap test first */
+            uint64_t w = box_head_word(p);
+            if (FBOX_SEQ(w) != (uint16_t)(p->rx_fbox_seq + 1) ||
+                !FBOX_KIND(w) || p->rx_fbox_bad) {
+                /* nothing published at its head */
+                if (!p->dead) {
+                    if (p->rx_fbox_pos != p->rx_fbox_released ||
+                        ep->mirror_due)
+                        return settle(ep, p);
+                    return 0;
+                }
+            } else if (!p->dead && usual_entry(p, w)) {
+                return progress_usual(ep, p, idx, w);
+            }
+            return progress_pass(ep, LOOK_BOXES); /* anything else */
         }
     }
-    return progress_pass(ep, look);
+    return ivshm__fbox_idle(ep) ? 0 : progress_pass(ep, LOOK_BOXES);
 }
 
 void ivshm_ep_stats(const ivshm_ep_t *ep, ivshm_ep_stats_t *s)

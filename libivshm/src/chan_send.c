@@ -192,22 +192,26 @@ static __attribute__((noinline)) bool long_entry_ok(struct peer *p,
     return true;
 }
 
-/* A whole message of head and body straight into an FBOX_MSG entry of
- * the peer's box: an 8-byte word instead of a cell's 32-byte header, and
- * 16-byte packing (chan_fbox.c). False if it cannot go so (no box, no
- * room, a tag or length the form cannot carry, a message longer than a
- * cell that long_entry_ok keeps out): another form takes it. */
-HOT bool send_msg_box(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
-                      uint32_t tag, const void *head, size_t head_len,
-                      const void *body, size_t body_len)
+/* May the box take a message that is not usual for it (tx_usual_below):
+ * one longer than a cell, or a tag the usual check refused? The same
+ * rules in full. */
+static __attribute__((noinline)) bool box_takes_other(struct peer *p,
+                                                      uint32_t tag,
+                                                      size_t len)
 {
-    size_t len = head_len + body_len;
     if (!p->tx_fbox_msg || p->tx_box_held || tag > 255 ||
         len > p->tx_fbox_msg_max)
         return false;
-    if (__builtin_expect(len > p->tx_fbox_long_above, 0) &&
-        !long_entry_ok(p, (uint32_t)len))
-        return false;
+    return len <= p->tx_fbox_long_above || long_entry_ok(p, (uint32_t)len);
+}
+
+/* A whole message of head and body (len bytes) into an FBOX_MSG entry of
+ * the peer's box, admitted: false only if the box has no room for it. */
+HOT bool put_msg_box(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
+                     uint32_t tag, const void *head, size_t head_len,
+                     const void *body, size_t body_len)
+{
+    size_t len = head_len + body_len;
     uint16_t seq;
     char *at = ivshm__fbox_entry_fast(p, (uint32_t)len, &seq);
     if (!at)
@@ -226,6 +230,23 @@ HOT bool send_msg_box(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
     if (len + 8 > FBOX_AHEAD && ep->own_ahead) /* its word, its terminator */
         ivshm__fbox_own_ahead(p, 8 + (uint32_t)len + 64);
     return true;
+}
+
+/* A whole message of head and body straight into an FBOX_MSG entry of
+ * the peer's box: an 8-byte word instead of a cell's 32-byte header, and
+ * 16-byte packing (chan_fbox.c). False if it cannot go so (no box, no
+ * room, a tag or length the form cannot carry, a message longer than a
+ * cell that long_entry_ok keeps out): another form takes it. The usual
+ * message is admitted by one compare (tx_usual_below). */
+HOT bool send_msg_box(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
+                      uint32_t tag, const void *head, size_t head_len,
+                      const void *body, size_t body_len)
+{
+    size_t len = head_len + body_len;
+    if (__builtin_expect(tag > 255 || len >= p->tx_usual_below, 0) &&
+        !box_takes_other(p, tag, len))
+        return false;
+    return put_msg_box(ep, p, idx, tag, head, head_len, body, body_len);
 }
 
 /* A cell of `bytes` bytes (header included) for one piece: the fast box
@@ -288,6 +309,19 @@ static ivshm_status_t tx_check(ivshm_ep_t *ep, uint32_t idx, struct peer *p,
     return IVSHM_OK;
 }
 
+/* The region's count of ended lives, as peers record it (lives_seen). */
+HOT uint64_t lives_now(const ivshm_ep_t *ep)
+{
+    return atomic_load_explicit(ep->lives_ended, memory_order_acquire) &
+           LIVES_MASK;
+}
+
+/* Our record of the peer at directory index idx, NULL if none. */
+HOT struct peer *peer_at(const ivshm_ep_t *ep, uint32_t idx)
+{
+    return idx < ep->d->max_eps ? ep->peers[idx] : NULL;
+}
+
 /* The peer we may write to now. Every life that ends bumps the region's
  * count after its word changes (ivshm__life_ended); a count loaded
  * (acquire) before the full check, and found again now, means that no
@@ -297,10 +331,8 @@ static ivshm_status_t tx_check(ivshm_ep_t *ep, uint32_t idx, struct peer *p,
  * would be (K0; docs/channels.md, "One count for the life checks"). */
 HOT ivshm_status_t tx_peer(ivshm_ep_t *ep, uint32_t idx, struct peer **out)
 {
-    uint64_t seen =
-        atomic_load_explicit(ep->lives_ended, memory_order_acquire) &
-        LIVES_MASK;
-    struct peer *p = idx < ep->d->max_eps ? ep->peers[idx] : NULL;
+    uint64_t seen = lives_now(ep);
+    struct peer *p = peer_at(ep, idx);
     if (__builtin_expect(!p || p->lives_seen != seen, 0)) {
         ivshm_status_t st = tx_check(ep, idx, p, seen);
         if (st != IVSHM_OK)
@@ -504,14 +536,13 @@ static ivshm_status_t tx_begin_wait(ivshm_ep_t *ep, uint32_t peer,
     return st;
 }
 
-ivshm_status_t ivshm_ep_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
-                             const void *buf, size_t len)
+/* ivshm_ep_send of what the usual send did not take. */
+static __attribute__((noinline)) ivshm_status_t
+send_other(ivshm_ep_t *ep, uint32_t peer, uint32_t tag, const void *buf,
+           size_t len)
 {
     struct peer *p = NULL;
     unsigned spins = 0;
-    /* The usual message, whole in the peer's fast box, takes the steps of
-     * ivshm_ep_try_send2 inline, without the general loop's calls and its
-     * choice of a form (docs/channels.md, "The primitive's path") */
     ivshm_status_t st = tx_begin(ep, peer, &p);
     if (st == IVSHM_OK && len <= ep->cfg.frag_size &&
         send_msg_box(ep, p, peer, tag, buf, len, NULL, 0))
@@ -538,6 +569,32 @@ ivshm_status_t ivshm_ep_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
     return IVSHM_OK;
 }
 
+/* The usual message: to a peer whose lives were all found alive at the
+ * count the region still holds (tx_peer's first test), whole into its box
+ * (tx_usual_below admits it; its box was asked for and granted, so
+ * tx_begin has nothing more to do). False where any of that fails:
+ * send_other takes the message from the start, nothing was written. */
+HOT bool send_usual(ivshm_ep_t *ep, uint32_t idx, uint32_t tag,
+                    const void *buf, size_t len)
+{
+    uint64_t seen = lives_now(ep); /* first, as tx_peer's (K0) */
+    struct peer *p = peer_at(ep, idx);
+    if (!p || p->lives_seen != seen || tag > 255 || len >= p->tx_usual_below)
+        return false;
+    return put_msg_box(ep, p, idx, tag, buf, len, NULL, 0);
+}
+
+ivshm_status_t ivshm_ep_send(ivshm_ep_t *ep, uint32_t peer, uint32_t tag,
+                             const void *buf, size_t len)
+{
+    /* The usual message takes the few steps of send_usual, without the
+     * general loop's frame, its calls and its choice of a form
+     * (docs/channels.md, "The usual path") */
+    if (__builtin_expect(send_usual(ep, peer, tag, buf, len), 1))
+        return IVSHM_OK;
+    return send_other(ep, peer, tag, buf, len);
+}
+
 ivshm_status_t ivshm_ep_reserve(ivshm_ep_t *ep, uint32_t peer, size_t len,
                                 void **buf, ivshm_rsv_t *rsv)
 {
@@ -559,8 +616,10 @@ ivshm_status_t ivshm_ep_reserve(ivshm_ep_t *ep, uint32_t peer, size_t len,
         return IVSHM_ERR_AGAIN; /* the fragment stays free: not lent */
     }
     rsv->lend = f >= 0 ? ivshm__frag_lend(ep, f, peer) : 0;
-    if (rsv->pos & FBOX_POS_FLAG)
+    if (rsv->pos & FBOX_POS_FLAG) {
         p->tx_box_held++; /* until commit or cancel */
+        ivshm__tx_usual_update(p);
+    }
     rsv->cell = c;
     rsv->peer = peer;
     /* the form travels with the reservation: commit publishes what the
@@ -603,8 +662,10 @@ ivshm_status_t ivshm_ep_reserve_frag(ivshm_ep_t *ep, uint32_t peer, size_t len,
  * cancel; a record of a later life of the peer starts at none). */
 static void box_released(struct peer *p, const ivshm_rsv_t *rsv)
 {
-    if ((rsv->pos & FBOX_POS_FLAG) && p->tx_box_held)
+    if ((rsv->pos & FBOX_POS_FLAG) && p->tx_box_held) {
         p->tx_box_held--;
+        ivshm__tx_usual_update(p);
+    }
 }
 
 ivshm_status_t ivshm_ep_commit(ivshm_ep_t *ep, const ivshm_rsv_t *rsv,
