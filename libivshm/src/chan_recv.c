@@ -24,8 +24,9 @@ static void check_liveness(ivshm_ep_t *ep, uint64_t now)
 }
 
 /* The message statistics' mirror in the shared stats lines (as BUMP's),
- * for `ivshm stat`: written once per call that delivered and on the
- * periodic liveness look, not per message. The sends' count is mirrored
+ * for `ivshm stat`: written once per pass that delivered, at the first
+ * call that finds nothing after the usual path delivered (settle), and on
+ * the periodic liveness look, not per message. The sends' count is mirrored
  * here too (a sender's progress delivers its replies, or looks at
  * liveness every LIVENESS_PERIOD calls). */
 static inline void mirror_stats(ivshm_ep_t *ep)
