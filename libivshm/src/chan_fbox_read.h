@@ -72,9 +72,10 @@ static inline bool usual_entry(const struct peer *p, uint64_t w)
 /* Takes the usual entries at the head of p's box (index idx), the first
  * with word w, up to the budget; returns how many. It stops at anything
  * else (a cell, a skip, a piece out of order, an entry that breaks the
- * rules): the whole poll takes that. It releases only whole quarters of
- * the ring: the rest goes at the next call that finds nothing (a
- * latency-bound reply is not held up by it; chan_recv.c, settle). */
+ * rules): the whole poll takes that. It releases what was read only once
+ * a quarter of the ring or more is: less than that goes at the next call
+ * that finds nothing (a latency-bound reply is not held up by it;
+ * chan_recv.c, settle). */
 static inline int box_take_usual(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
                                  uint64_t w, int budget)
 {

@@ -202,7 +202,8 @@ struct peer {
      * more than 2^15 behind, where their 16 bits alias. */
     uint32_t tx_box_held;
     /* messages shorter than this go into its box as they are, with no
-     * other admission check (chan_send.c, send_usual): a box granted,
+     * other admission check but the tag's (chan_send.c, send_usual): a
+     * box granted,
      * FBOX_MSG entries allowed, no reservation held, and no longer than
      * both tx_fbox_msg_max and tx_fbox_long_above; 0 where none may
      * (ivshm__tx_usual_update keeps it) */
@@ -282,7 +283,8 @@ struct ivshm_ep {
     uint32_t npend;
     uint32_t polls;
     /* the usual path delivered since the stats were last mirrored: the
-     * next call that finds nothing mirrors them (chan_recv.c, settle) */
+     * next call that finds nothing in the one box mirrors them
+     * (chan_recv.c, settle), or any other mirror (mirror_stats) */
     bool mirror_due;
     uint64_t last_liveness, last_gc;
     bool liveness_due; /* a sleeper's next pass checks liveness (time-gated) */

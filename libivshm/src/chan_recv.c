@@ -25,12 +25,13 @@ static void check_liveness(ivshm_ep_t *ep, uint64_t now)
 
 /* The message statistics' mirror in the shared stats lines (as BUMP's),
  * for `ivshm stat`: written once per pass that delivered, at the first
- * call that finds nothing after the usual path delivered (settle), and on
- * the periodic liveness look, not per message. The sends' count is mirrored
+ * call that finds nothing in the one box after the usual path delivered
+ * from it (settle), and on the periodic liveness look, not per message. The sends' count is mirrored
  * here too (a sender's progress delivers its replies, or looks at
  * liveness every LIVENESS_PERIOD calls). */
 static inline void mirror_stats(ivshm_ep_t *ep)
 {
+    ep->mirror_due = false;
     atomic_store_explicit(&ep->ctl->msgs_in, ep->st.msgs_in,
                           memory_order_relaxed);
     atomic_store_explicit(&ep->ctl->bytes_in, ep->st.bytes_in,
@@ -137,7 +138,6 @@ static __attribute__((noinline)) int progress_usual(ivshm_ep_t *ep,
 static __attribute__((noinline)) int settle(ivshm_ep_t *ep, struct peer *p)
 {
     box_release(ep, p, true);
-    ep->mirror_due = false;
     mirror_stats(ep);
     return 0;
 }

@@ -997,14 +997,31 @@ static void test_fbox_usual_takes_only_next(void **state)
         } else {
             /* a cell entry (its word's pseq bits read 0) when the pair's
              * next piece is 0x10000 */
-            rp->pseq_in = tp->pseq_out = 0x10000;
             void *buf;
             ivshm_rsv_t rsv;
+            /* a reservation held in the box stops the usual send's one
+             * compare, and its end (cancel, commit) lets it go again */
+            const uint32_t usual = tp->tx_usual_below;
+            assert_true(usual > 0);
             assert_int_equal(ivshm_ep_reserve(b, peer, 20, &buf, &rsv),
                              IVSHM_OK);
             assert_true(rsv.pos & FBOX_POS_FLAG);
+            assert_int_equal(tp->tx_usual_below, 0);
+            ivshm_ep_cancel(b, &rsv);
+            assert_int_equal(tp->tx_usual_below, usual);
+            for (int i = 0; i < WHOLE_WAIT && rp->pseq_in != tp->pseq_out;
+                 i++)
+                ivshm_ep_progress(a); /* the cancel's NOP */
+            assert_int_equal(rp->pseq_in, tp->pseq_out);
+            assert_int_equal(got.n, n0);
+            rp->pseq_in = tp->pseq_out = 0x10000;
+            assert_int_equal(ivshm_ep_reserve(b, peer, 20, &buf, &rsv),
+                             IVSHM_OK);
+            assert_true(rsv.pos & FBOX_POS_FLAG);
+            assert_int_equal(tp->tx_usual_below, 0);
             memcpy(buf, src, 20);
             assert_int_equal(ivshm_ep_commit(b, &rsv, 42, 20), IVSHM_OK);
+            assert_int_equal(tp->tx_usual_below, usual);
             uint64_t w = box_head_word(rp);
             assert_int_equal(FBOX_KIND(w), FBOX_CELL);
             assert_int_equal(FBOX_SEQ(w), (uint16_t)(rp->rx_fbox_seq + 1));

@@ -281,9 +281,9 @@ void ivshm_ep_stats(const ivshm_ep_t *ep, ivshm_ep_stats_t *s);
 
 /* Walks the endpoints of every domain in the region (for `ivshm stat`).
  * The message counts are those an endpoint's progress last mirrored (a
- * pass that delivered, the first call that finds nothing after a call
- * that delivered, or every 1,024th call); ivshm_ep_stats has the current
- * ones of our own endpoints. */
+ * pass that delivered, a receiver of one box's first call that finds it
+ * empty after it delivered, or every 1,024th call); ivshm_ep_stats has
+ * the current ones of our own endpoints. */
 typedef void (*ivshm_ep_visit_fn)(void *arg, const char *job, uint32_t index,
                                   uint32_t pid, const ivshm_ep_stats_t *s);
 ivshm_status_t ivshm_region_endpoints(ivshm_region_t *r, ivshm_ep_visit_fn fn,
