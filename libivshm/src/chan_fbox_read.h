@@ -72,10 +72,12 @@ static inline bool usual_entry(const struct peer *p, uint64_t w)
 /* Takes the usual entries at the head of p's box (index idx), the first
  * with word w, up to the budget; returns how many. It stops at anything
  * else (a cell, a skip, a piece out of order, an entry that breaks the
- * rules): the whole poll takes that. It releases what was read only once
- * a quarter of the ring or more is: less than that goes at the next call
- * that finds nothing (a latency-bound reply is not held up by it;
- * chan_recv.c, settle). */
+ * rules): the whole poll takes that. It releases what it read (F1), all
+ * of it where the budget did not end the loop: a sender judges its room
+ * by the tail (a long entry only while at most a quarter of the ring is
+ * unreleased; chan_send.c, long_entry_ok), and a release left to a later
+ * call made a stream's long messages go by fragments (docs/channels.md,
+ * "The usual path"). */
 static inline int box_take_usual(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
                                  uint64_t w, int budget)
 {
@@ -96,7 +98,7 @@ static inline int box_take_usual(ivshm_ep_t *ep, struct peer *p, uint32_t idx,
         if (!usual_entry(p, w))
             break;
     }
-    box_release(ep, p, false);
+    box_release(ep, p, n < budget);
     return n;
 }
 

@@ -26,9 +26,9 @@ static void check_liveness(ivshm_ep_t *ep, uint64_t now)
 /* The message statistics' mirror in the shared stats lines (as BUMP's),
  * for `ivshm stat`: written once per pass that delivered, at the first
  * call that finds nothing in the one box after the usual path delivered
- * from it (settle), and on the periodic liveness look, not per message. The sends' count is mirrored
- * here too (a sender's progress delivers its replies, or looks at
- * liveness every LIVENESS_PERIOD calls). */
+ * from it (settle), and on the periodic liveness look, not per message.
+ * The sends' count is mirrored here too (a sender's progress delivers its
+ * replies, or looks at liveness every LIVENESS_PERIOD calls). */
 static inline void mirror_stats(ivshm_ep_t *ep)
 {
     ep->mirror_due = false;
@@ -131,10 +131,9 @@ static __attribute__((noinline)) int progress_usual(ivshm_ep_t *ep,
 }
 
 /* A call that found nothing in p's box, after the usual path took
- * entries: what that path left for later, off the path of a reply. The
- * bytes read go back to the sender (F1; the box's tail is a line the
- * sender reads only when its box looks full), and the stats to the shared
- * line. */
+ * entries: the stats go to the shared line, off the path of a reply; and
+ * bytes read that a pass which ended on its budget left unreleased go
+ * back to the sender (F1). */
 static __attribute__((noinline)) int settle(ivshm_ep_t *ep, struct peer *p)
 {
     box_release(ep, p, true);
