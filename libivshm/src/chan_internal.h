@@ -522,6 +522,12 @@ static inline uint64_t ivshm__fbox_usual_word(const struct peer *p)
 {
     return FBOX_WORD(p->rx_fbox_seq + 1, FBOX_MSG, 0, 0, p->pseq_in);
 }
+/* Bytes read from p's box that its tail does not release yet (a pass
+ * that ended on its budget leaves them to the next call). */
+static inline bool ivshm__fbox_unreleased(const struct peer *p)
+{
+    return p->rx_fbox_pos != p->rx_fbox_released;
+}
 /* Nothing to do in any fast box: none has a published cell at its head
  * or bytes read that its tail does not release yet, none belongs to a
  * sender that died. Inline, as ivshm__fifo_idle. */
@@ -532,7 +538,7 @@ static inline bool ivshm__fbox_idle(ivshm_ep_t *ep)
         const struct peer *p = ep->peers[ep->active[i]];
         /* a dead sender's drained box is released by the poll */
         if (p && p->rx_fbox &&
-            (p->dead || p->rx_fbox_pos != p->rx_fbox_released ||
+            (p->dead || ivshm__fbox_unreleased(p) ||
              ivshm__fbox_head_entry(p, &w)))
             return false;
     }

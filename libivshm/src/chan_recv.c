@@ -185,8 +185,7 @@ int ivshm_ep_progress(ivshm_ep_t *ep)
                 !FBOX_KIND(w) || p->rx_fbox_bad) {
                 /* nothing published at its head */
                 if (!p->dead) {
-                    if (p->rx_fbox_pos != p->rx_fbox_released ||
-                        ep->mirror_due)
+                    if (ivshm__fbox_unreleased(p) || ep->mirror_due)
                         return settle(ep, p);
                     return 0;
                 }
