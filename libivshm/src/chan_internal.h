@@ -58,9 +58,6 @@ static inline void ivshm__copy(void *dst, const void *src, size_t n)
     } else if (n > 16 && n <= 32) {
         memcpy(d, s, 16);
         memcpy(d + n - 16, s + n - 16, 16);
-    } else if (n > 32 && n <= 64) {
-        memcpy(d, s, 32);
-        memcpy(d + n - 32, s + n - 32, 32);
     } else if (n >= 4 && n < 8) {
         memcpy(d, s, 4);
         memcpy(d + n - 4, s + n - 4, 4);
