@@ -200,10 +200,9 @@ struct peer {
     uint32_t tx_box_held;
     /* messages shorter than this go into its box as they are, with no
      * other admission check but the tag's (chan_send.c, send_usual): a
-     * box granted,
-     * FBOX_MSG entries allowed, no reservation held, and no longer than
-     * both tx_fbox_msg_max and tx_fbox_long_above; 0 where none may
-     * (ivshm__tx_usual_update keeps it) */
+     * box granted, FBOX_MSG entries allowed, no reservation held, and no
+     * longer than both tx_fbox_msg_max and tx_fbox_long_above; 0 where
+     * none may (ivshm__tx_usual_update keeps it) */
     uint32_t tx_usual_below;
     uint64_t region_tickets;
     bool peer_may_block; /* it has blocked once: wake it with a fence */

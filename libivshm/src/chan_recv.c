@@ -180,9 +180,8 @@ int ivshm_ep_progress(ivshm_ep_t *ep)
         struct peer *p = ep->peers[idx];
         if (p && p->rx_fbox) {
             /* ivshm__fbox_idle's look at this box, the cheap test first */
-            uint64_t w = box_head_word(p);
-            if (FBOX_SEQ(w) != (uint16_t)(p->rx_fbox_seq + 1) ||
-                !FBOX_KIND(w) || p->rx_fbox_bad) {
+            uint64_t w;
+            if (!ivshm__fbox_head_entry(p, &w)) {
                 /* nothing published at its head */
                 if (!p->dead) {
                     if (ivshm__fbox_unreleased(p) || ep->mirror_due)

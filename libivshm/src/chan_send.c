@@ -543,10 +543,9 @@ send_other(ivshm_ep_t *ep, uint32_t peer, uint32_t tag, const void *buf,
 {
     struct peer *p = NULL;
     unsigned spins = 0;
+    /* (the loop's first piece tries the box first, as send_piece does
+     * every whole message) */
     ivshm_status_t st = tx_begin(ep, peer, &p);
-    if (st == IVSHM_OK && len <= ep->cfg.frag_size &&
-        send_msg_box(ep, p, peer, tag, buf, len, NULL, 0))
-        return IVSHM_OK;
     if (st == IVSHM_ERR_AGAIN)
         st = tx_begin_wait(ep, peer, &p, &spins);
     if (st != IVSHM_OK)
