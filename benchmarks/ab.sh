@@ -28,9 +28,10 @@
 # mlat (N pairs), mbwmr (N pairs, window 64), put, get, mtrate (4 threads per rank: needs 10 CPUs), from
 # ivshm-osu; prim is the channel primitive (the build's ivshm-lat, two
 # processes on CPUs 2 and 4, no MPI; it reports medians of batches, so its
-# mean column repeats the median; with it come two more tables: the raw
-# cache-line ping-pong of the same runs, in ns, and each size's ratio to
-# it, "prim-x-raw").
+# mean column repeats the median; with it come four more tables: the raw
+# cache-line ping-pong of the same runs, in ns, over 64 line pairs in turn
+# and on one pair, and each size's ratio to each, "prim-x-raw" and
+# "prim-x-1pair").
 #
 # Example (two eager limits and vader, three rounds):
 #   top_builddir=$PWD/_build-release benchmarks/ab.sh --rounds 3 \
@@ -95,8 +96,10 @@ run() { # INDEX NAME BENCH ROUND -> lines on stdout
         # shellcheck disable=SC2086
         "$build/benchmarks/ivshm-lat" --region "file:$r" $cpus --max "$maxb" 2>"$work/err" |
             awk -v b="$bench" -v s="$name" -v r="$round" '
-                /^ *[0-9]/ {print b, s, "r" r, $1, $2, $2; print "prim-x-raw", s, "r" r, $1, $6, $6}
-                /^# raw cache-line ping-pong/ {print "raw-pingpong", s, "r" r, 8, $6, $6}'
+                /^ *[0-9]/ {print b, s, "r" r, $1, $2, $2; print "prim-x-raw", s, "r" r, $1, $6, $6
+                            print "prim-x-1pair", s, "r" r, $1, $7, $7}
+                /^# raw cache-line ping-pong/ {print "raw-pingpong", s, "r" r, 8, $6, $6}
+                /^# raw ping-pong, one pair/ {print "raw-1pair", s, "r" r, 8, $7, $7}'
         return 0
     fi
     per=1 threads=1 args=""
@@ -149,9 +152,10 @@ for round in $(seq 1 "$rounds"); do
 done
 # per bench and size: the median over rounds of each set-up's median and
 # mean, and the ratios to the reference
-# prim also gives the raw cache-line ping-pong of that run and each size's
-# ratio to it (the issue's "x raw ping-pong")
-case " $benches " in *" prim "*) benches="$benches raw-pingpong prim-x-raw" ;; esac
+# prim also gives the raw cache-line ping-pong of that run (over 64 line
+# pairs in turn) and each size's ratio to it (the issue's "x raw
+# ping-pong"), and the same for the ping-pong on one pair (raw-1pair)
+case " $benches " in *" prim "*) benches="$benches raw-pingpong prim-x-raw raw-1pair prim-x-1pair" ;; esac
 for bench in $benches; do
     echo
     echo "=== $bench: median over $rounds rounds (median / mean), then / $ref"
