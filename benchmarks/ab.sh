@@ -59,7 +59,7 @@ while [ $# -gt 0 ]; do
         names="$names $2"
         eval "setup_$nsetups=\$3"
         shift 2 ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "ab.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -96,10 +96,16 @@ run() { # INDEX NAME BENCH ROUND -> lines on stdout
         # shellcheck disable=SC2086
         "$build/benchmarks/ivshm-lat" --region "file:$r" $cpus --max "$maxb" 2>"$work/err" |
             awk -v b="$bench" -v s="$name" -v r="$round" '
-                /^ *[0-9]/ {print b, s, "r" r, $1, $2, $2; print "prim-x-raw", s, "r" r, $1, $6, $6
-                            print "prim-x-1pair", s, "r" r, $1, $7, $7}
-                /^# raw cache-line ping-pong/ {print "raw-pingpong", s, "r" r, 8, $6, $6}
-                /^# raw ping-pong, one pair/ {print "raw-1pair", s, "r" r, 8, $7, $7}'
+                # a build before the walk (its raw line without "line
+                # pairs") measured one pair only: its ratio is x 1 pair
+                /^# raw cache-line ping-pong/ {
+                    if (/line pairs/) print "raw-pingpong", s, "r" r, 8, $6, $6
+                    else { one = 1; print "raw-1pair", s, "r" r, 8, $6, $6 } }
+                /^# raw ping-pong, one pair/ {print "raw-1pair", s, "r" r, 8, $7, $7}
+                /^ *[0-9]/ {print b, s, "r" r, $1, $2, $2
+                            if (one) print "prim-x-1pair", s, "r" r, $1, $6, $6
+                            else { print "prim-x-raw", s, "r" r, $1, $6, $6
+                                   print "prim-x-1pair", s, "r" r, $1, $7, $7 } }'
         return 0
     fi
     per=1 threads=1 args=""

@@ -204,30 +204,41 @@ static struct dist summarize(double *v, int n)
 #define PP_BATCHES 101
 #define PP_BATCH 200
 
-/* The raw ping-pong's line pairs: pair k's two lines at RAW_PAIR_BYTES * k
+/* The raw ping-pong's line pairs: pair n's two lines at RAW_PAIR_BYTES * n
  * and 128 bytes on (adjacent line prefetch). */
 #define RAW_PAIRS 64
 #define RAW_PAIR_BYTES 256
+/* The walk's order: pair (RAW_STEP * j) % RAW_PAIRS at its j-th step (odd:
+ * every pair once a round), so that no two steps in a row touch the next
+ * lines up (an ascending walk cost 17 % more than one pair on the 2-CPU AMD
+ * machine, where lines have no place of their own: the prefetchers). */
+#define RAW_STEP 37
 
 /* Raw ping-pong: one side stores a counter on a line, the other answers on
- * a line 128 bytes on, each spinning on the other's. Iteration i uses
- * pair i % pairs: with one pair it is the ping-pong of one place; with
- * RAW_PAIRS it walks them in turn, as the channel's entries walk the lines
- * of its boxes. One place's time depends on where its lines live (on a
- * mesh, each line has its home in one slice of the cache: 172-242 ns
- * between places of one mapping on the 16-CPU Xeon), the walk's is their
- * average (docs/channels.md, "The raw ping-pong's place"). One-way time
+ * a line 128 bytes on, each spinning on the other's. With pairs == 1 it is
+ * the ping-pong of one place; with RAW_PAIRS it walks the pairs in the
+ * order above, one step a round trip. One place's time depends on where
+ * its lines live (on a mesh each line has its home in one slice of the
+ * cache: 172-242 ns between places of one mapping on the 16-CPU Xeon), and
+ * a channel's messages take many places (its entries move through its
+ * boxes' lines), so the walk, their mean, is the reference its ratio is
+ * judged by (docs/channels.md, "The raw ping-pong's places"). One-way time
  * per batch average, in ns. */
 static struct dist raw_pingpong(struct rank *k, char *area, int pairs)
 {
+    char *at[RAW_PAIRS];
+    for (int j = 0; j < pairs; j++)
+        at[j] = area + (size_t)(RAW_STEP * j % pairs) * RAW_PAIR_BYTES;
     double v[PP_BATCHES];
+    int j = 0;
     for (int bt = 0; bt < PP_BATCHES; bt++) {
         uint64_t t0 = now_ns();
         for (int it = 0; it < PP_BATCH; it++) {
             uint64_t i = ++k->raw_seq; /* never a value a line held before */
-            char *pair = area + (size_t)(i % (uint64_t)pairs) * RAW_PAIR_BYTES;
-            _Atomic uint64_t *a = (_Atomic uint64_t *)pair;
-            _Atomic uint64_t *b = (_Atomic uint64_t *)(pair + 128);
+            _Atomic uint64_t *a = (_Atomic uint64_t *)at[j];
+            _Atomic uint64_t *b = (_Atomic uint64_t *)(at[j] + 128);
+            if (++j == pairs)
+                j = 0;
             if (k->id == 0) {
                 atomic_store_explicit(a, i, memory_order_release);
                 while (atomic_load_explicit(b, memory_order_acquire) != i)
@@ -277,6 +288,15 @@ static int run_lat(struct rank *k, FILE *csv)
         k->r, "bench-pingpong", RAW_PAIRS * RAW_PAIR_BYTES, &pj);
     if (st != IVSHM_OK)
         die("job", st);
+    /* a job of that name left by an older ivshm-lat keeps its smaller area */
+    if (ivshm_job_area_size(pj) < RAW_PAIRS * RAW_PAIR_BYTES) {
+        fprintf(stderr, "job bench-pingpong: its area has %llu bytes, the "
+                        "raw ping-pong needs %d (a job of an older ivshm-lat "
+                        "in this region?)\n",
+                (unsigned long long)ivshm_job_area_size(pj),
+                RAW_PAIRS * RAW_PAIR_BYTES);
+        exit(1);
+    }
     char *area = (char *)ivshm_region_base(k->r) + ivshm_job_area_off(pj);
     sync_peer(k);
     raw_pingpong(k, area, 1); /* warm-up */
