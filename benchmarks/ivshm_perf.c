@@ -89,6 +89,14 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The region this run formatted itself (no --region), removed at exit. */
+static char own_region[64];
+static void remove_own_region(void)
+{
+    if (own_region[0])
+        unlink(own_region + 5);
+}
+
 static void die(const char *what, ivshm_status_t st)
 {
     fprintf(stderr, "%s: %s: %s\n", what, ivshm_strerror(st),
@@ -134,6 +142,25 @@ static void bind_rank(int id)
                 cpu >= CPU_SETSIZE ? "no such CPU" : strerror(errno));
         if (asked)
             exit(2);
+    }
+}
+
+/* The CPUs given with --cpus, checked before the ranks start: a rank that
+ * could not run on its CPU would leave the other waiting for it. */
+static void check_cpus(void)
+{
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
+        return; /* bind_rank judges each rank's own */
+    for (int id = 0; id < 2; id++) {
+        int cpu = opt.cpus[id];
+        if (cpu >= 0 && (cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &allowed))) {
+            fprintf(stderr,
+                    "%s: rank %d cannot run on CPU %d: not one this process "
+                    "may use\n",
+                    program_invocation_short_name, id, cpu);
+            exit(2);
+        }
     }
 }
 
@@ -511,9 +538,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "--max must lie in 64 .. 1 GiB\n");
         return 2;
     }
-    char own[64] = "";
+    check_cpus();
     if (!opt.region) {
-        snprintf(own, sizeof(own), "file:/dev/shm/ivshm-bench-%d", (int)getpid());
+        char *own = own_region;
+        snprintf(own, sizeof(own_region), "file:/dev/shm/ivshm-bench-%d",
+                 (int)getpid());
         ivshm_format_opts_t fo;
         ivshm_format_opts_init(&fo);
         fo.size = 64ull << 20;
@@ -522,6 +551,7 @@ int main(int argc, char **argv)
         ivshm_status_t st = ivshm_format(own, &fo);
         if (st != IVSHM_OK)
             die("format", st);
+        atexit(remove_own_region); /* die() too; a rank's _exit does not */
         opt.region = own;
     }
     char job[48];
@@ -549,7 +579,5 @@ int main(int argc, char **argv)
         _exit(rc);
     int ws;
     waitpid(child, &ws, 0);
-    if (own[0])
-        unlink(own + 5);
     return rc || !WIFEXITED(ws) || WEXITSTATUS(ws);
 }
