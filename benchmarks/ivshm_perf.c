@@ -91,10 +91,13 @@ static uint64_t now_ns(void)
 
 /* The region this run formatted itself (no --region), removed at exit. */
 static char own_region[64];
+static pid_t own_region_pid; /* the process that formatted it */
 static void remove_own_region(void)
 {
-    if (own_region[0])
+    if (own_region[0] && getpid() == own_region_pid) {
         unlink(own_region + 5);
+        own_region_pid = 0; /* once */
+    }
 }
 
 static void die(const char *what, ivshm_status_t st)
@@ -145,23 +148,42 @@ static void bind_rank(int id)
     }
 }
 
-/* The CPUs given with --cpus, checked before the ranks start: a rank that
- * could not run on its CPU would leave the other waiting for it. */
+/* The CPUs given with --cpus, tried before the ranks start (a rank that
+ * could not run on its CPU would leave the other waiting for it): this
+ * process moves to each in turn, as its rank will, then back. */
 static void check_cpus(void)
 {
-    cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
+    cpu_set_t saved;
+    if (sched_getaffinity(0, sizeof(saved), &saved) != 0)
         return; /* bind_rank judges each rank's own */
     for (int id = 0; id < 2; id++) {
         int cpu = opt.cpus[id];
-        if (cpu >= 0 && (cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &allowed))) {
-            fprintf(stderr,
-                    "%s: rank %d cannot run on CPU %d: not one this process "
-                    "may use\n",
-                    program_invocation_short_name, id, cpu);
+        if (cpu < 0)
+            continue;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        if (cpu < CPU_SETSIZE)
+            CPU_SET(cpu, &one);
+        if (cpu >= CPU_SETSIZE || sched_setaffinity(0, sizeof(one), &one) != 0) {
+            fprintf(stderr, "%s: rank %d cannot run on CPU %d: %s\n",
+                    program_invocation_short_name, id, cpu,
+                    cpu >= CPU_SETSIZE ? "no such CPU" : strerror(errno));
             exit(2);
         }
     }
+    sched_setaffinity(0, sizeof(saved), &saved);
+}
+
+/* A buffer of at least `bytes`, page-aligned, its size whole pages (as
+ * aligned_alloc asks). */
+static char *page_alloc(size_t bytes)
+{
+    char *b = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
+    if (!b) {
+        fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return b;
 }
 
 static void progress(struct rank *k) { ivshm_ep_progress(k->ep); }
@@ -194,7 +216,7 @@ static void setup_rank(struct rank *k, int id, const char *job)
     ivshm_ep_config_init(&cfg);
     if ((st = ivshm_ep_create(k->d, id, &cfg, on_msg, k, &k->ep)) != IVSHM_OK)
         die("endpoint", st);
-    k->rbuf = aligned_alloc(4096, opt.max + 4096);
+    k->rbuf = page_alloc(opt.max + 4096);
     memset(k->rbuf, 0, opt.max);
     uint8_t addr[IVSHM_EP_ADDR_SIZE];
     for (int i = 0;; i++) {
@@ -331,7 +353,7 @@ static int run_lat(struct rank *k, FILE *csv)
     raw_pingpong(k, area, RAW_PAIRS); /* warm-up */
     struct dist raw = raw_pingpong(k, area, RAW_PAIRS);
     sync_peer(k);
-    char *sbuf = aligned_alloc(4096, opt.max + 4096);
+    char *sbuf = page_alloc(opt.max + 4096);
     memset(sbuf, 0x5a, opt.max);
     if (k->id == 0) {
         printf("# ivshm-lat: one-way latency, ns (batch medians, %d batches)\n",
@@ -389,7 +411,7 @@ static int run_lat(struct rank *k, FILE *csv)
 
 static double memcpy_bw(size_t s, int reps)
 {
-    char *src = aligned_alloc(4096, s + 4096), *dst = aligned_alloc(4096, s + 4096);
+    char *src = page_alloc(s + 4096), *dst = page_alloc(s + 4096);
     memset(src, 1, s);
     memset(dst, 2, s);
     double *v = malloc(sizeof(double) * (size_t)reps);
@@ -450,7 +472,7 @@ static double chan_bw(struct rank *k, const char *sbuf, uint64_t region_off,
 static int run_bw(struct rank *k, FILE *csv)
 {
     int reps = opt.iters ? (int)opt.iters : 21;
-    char *sbuf = aligned_alloc(4096, opt.max + 4096);
+    char *sbuf = page_alloc(opt.max + 4096);
     memset(sbuf, 0x5a, opt.max);
     uint64_t roff = 0;
     if (k->id == 0) {
@@ -527,7 +549,16 @@ int main(int argc, char **argv)
         case 'r': opt.region = optarg; break;
         case 'm': opt.max = strtoull(optarg, NULL, 0); break;
         case 'n': opt.iters = atol(optarg); break;
-        case 'c': sscanf(optarg, "%d,%d", &opt.cpus[0], &opt.cpus[1]); break;
+        case 'c': {
+            int used = 0;
+            if (sscanf(optarg, "%d,%d%n", &opt.cpus[0], &opt.cpus[1], &used) != 2 ||
+                optarg[used] || opt.cpus[0] < 0 || opt.cpus[1] < 0 ||
+                opt.cpus[0] == opt.cpus[1]) {
+                fprintf(stderr, "--cpus takes A,B: two different CPUs\n");
+                return 2;
+            }
+            break;
+        }
         case 'o': opt.csv = optarg; break;
         case 'B': opt.bw = true; break;
         case 'h': usage(prog); return 0;
@@ -551,17 +582,26 @@ int main(int argc, char **argv)
         ivshm_status_t st = ivshm_format(own, &fo);
         if (st != IVSHM_OK)
             die("format", st);
-        atexit(remove_own_region); /* die() too; a rank's _exit does not */
+        own_region_pid = getpid();
+        atexit(remove_own_region); /* until both ranks have it (main) */
         opt.region = own;
     }
     char job[48];
     snprintf(job, sizeof(job), "bench-%d", (int)getpid());
     fflush(stdout);
     pid_t child = fork();
+    if (child < 0) {
+        perror("fork");
+        return 1;
+    }
     if (child == 0)
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* its exit leaves the region */
     struct rank k;
     setup_rank(&k, child == 0 ? 1 : 0, job);
+    /* both ranks have it mapped, and nothing opens it again: the name goes
+     * now, so that no signal can leave it behind */
+    if (child != 0)
+        remove_own_region();
     FILE *csv = NULL;
     if (child != 0 && opt.csv && !(csv = fopen(opt.csv, "w"))) {
         perror(opt.csv);

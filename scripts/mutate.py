@@ -166,10 +166,11 @@ def remove_left_regions():
     """The region files of tests that ended without their clean-up (a
     program stopped at its first failure skips its teardown; a script cut
     off by the timeout, its exit trap): tests/testutil.h names them
-    /dev/shm/ivshm-test-PID-..., test_qemu_mpi.sh ivshm-qemu-mpi-PID.X. A
+    /dev/shm/ivshm-test-PID-..., test_qemu_mpi.sh ivshm-qemu-mpi-PID.X,
+    ivshm-lat/ivshm-bw (test_bench_args.sh) ivshm-bench-PID. A
     live PID's are left alone."""
     for name in os.listdir("/dev/shm"):
-        for prefix in ("ivshm-test-", "ivshm-qemu-mpi-"):
+        for prefix in ("ivshm-test-", "ivshm-qemu-mpi-", "ivshm-bench-"):
             if not name.startswith(prefix):
                 continue
             pid = name[len(prefix):].replace(".", "-").split("-")[0]

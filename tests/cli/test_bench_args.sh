@@ -1,39 +1,47 @@
 #!/bin/sh
 # ivshm-lat and ivshm-bw refuse what they cannot measure, at once and with
-# exit status 2: a --max out of range, a --cpus CPU that does not exist or
-# that this process may not use (before any rank starts: none is left
-# waiting for the other), and leave no region of their own behind. Nothing
-# here runs a ping-pong.
+# exit status 2: a --max out of range, a --cpus that is not two different
+# CPUs, a CPU that does not exist or that they cannot run on (tried before
+# any rank starts: none is left waiting for the other). A run that fails
+# after formatting its own region leaves no region behind. Nothing here
+# measures: the one run that starts both ranks ends before its ping-pong.
 set -u
 b=${top_builddir:-.}
 . "${top_srcdir:-.}/tests/cli/lib.sh"
 pass=0 fail=0
-out=/tmp/ivshm-bench-args.$$
-trap 'rm -f "$out"' EXIT
+out=$(mktemp) pidf=$(mktemp)
+trap 'rm -f "$out" "$pidf"' EXIT
+trap 'exit 1' INT TERM
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-regions() { ls /dev/shm 2>/dev/null | grep -c '^ivshm-bench-' ; }
-# refused WANT_TEXT CMD...: CMD ends with status 2 within 10 s, says WANT_TEXT
-refused() {
-    want=$1; shift
-    before=$(regions)
-    timeout 10 "$@" >"$out" 2>&1
+# ends WANT_STATUS WANT_TEXT CMD...: CMD ends within 10 s with WANT_STATUS,
+# says WANT_TEXT, and leaves no /dev/shm/ivshm-bench-PID of its own (its
+# pid: the libtool wrapper and taskset exec)
+ends() {
+    want=$1 text=$2; shift 2
+    timeout 10 sh -c 'echo $$ >"$0"; exec "$@"' "$pidf" "$@" >"$out" 2>&1
     rc=$?
-    if [ "$rc" -eq 2 ]; then ok; else bad "$*: exit $rc, want 2"; cat "$out"; fi
-    if grep -q -- "$want" "$out"; then ok; else bad "$*: output lacks '$want'"; cat "$out"; fi
-    if [ "$(regions)" -eq "$before" ]; then ok; else bad "$*: left a region in /dev/shm"; fi
+    if [ "$rc" -eq "$want" ]; then ok; else bad "$*: exit $rc, want $want"; cat "$out"; fi
+    if grep -q -- "$text" "$out"; then ok; else bad "$*: output lacks '$text'"; cat "$out"; fi
+    left=/dev/shm/ivshm-bench-$(cat "$pidf")
+    if [ ! -e "$left" ]; then ok; else bad "$*: left $left"; rm -f "$left"; fi
 }
+# the first CPU this process may run on, and one below CPU_SETSIZE it
+# may not (absent from its allowed list)
+first=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*\([0-9]*\).*/\1/p' /proc/self/status)
+first=${first:-0}
+absent=1023
 for t in ivshm-lat ivshm-bw; do
     x="$b/benchmarks/$t"
-    refused "--max must lie in" "$x" --max 3
-    refused "rank 1 cannot run on CPU 4000" "$x" --max 64 --cpus 0,4000
-    refused "rank 0 cannot run on CPU 4000" "$x" --max 64 --cpus 4000,0
-    if [ "$(nproc --all)" -ge 2 ] && command -v taskset >/dev/null; then
-        # CPU 1 exists, but this process may only use CPU 0
-        refused "rank 1 cannot run on CPU 1: not one this process may use" \
-            taskset -c 0 "$x" --max 64 --cpus 0,1
-    else
-        not_checked "a CPU that exists but is not allowed: needs 2 CPUs and taskset"
-    fi
+    ends 2 "--max must lie in" "$x" --max 3
+    for c in 5 "$first" "$first,x" "$first,$first" "-1,$first"; do
+        ends 2 "--cpus takes A,B: two different CPUs" "$x" --max 4096 --cpus "$c"
+    done
+    ends 2 "rank 1 cannot run on CPU 4000: no such CPU" "$x" --max 4096 --cpus "$first,4000"
+    ends 2 "rank 0 cannot run on CPU 4000: no such CPU" "$x" --max 4096 --cpus "4000,$first"
+    ends 2 "rank 1 cannot run on CPU $absent: Invalid argument" "$x" --max 4096 --cpus "$first,$absent"
 done
+# both ranks start on the region ivshm-lat formats, then the CSV file
+# cannot be opened: status 1, and the region is gone
+ends 1 "No such file or directory" "$b/benchmarks/ivshm-lat" --max 4096 --csv /nonexistent/x.csv
 finish test_bench_args
