@@ -107,6 +107,22 @@ static void die(const char *what, ivshm_status_t st)
     exit(1);
 }
 
+/* This process runs on CPU cpu from now on, or it says why rank id
+ * cannot and returns false. */
+static bool move_to_cpu(int cpu, int id)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (cpu < CPU_SETSIZE)
+        CPU_SET(cpu, &set);
+    if (cpu < CPU_SETSIZE && sched_setaffinity(0, sizeof(set), &set) == 0)
+        return true;
+    fprintf(stderr, "%s: rank %d cannot run on CPU %d: %s\n",
+            program_invocation_short_name, id, cpu,
+            cpu >= CPU_SETSIZE ? "no such CPU" : strerror(errno));
+    return false;
+}
+
 /* Binds to the core of rank `id`: two distinct physical cores (hwloc), or
  * the CPUs given with --cpus. */
 static void bind_rank(int id)
@@ -135,17 +151,8 @@ static void bind_rank(int id)
         cpu = id;
     /* a figure taken unpinned is not the figure asked for: say so, and
      * stop where the CPUs were given */
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (cpu < CPU_SETSIZE)
-        CPU_SET(cpu, &set);
-    if (cpu >= CPU_SETSIZE || sched_setaffinity(0, sizeof(set), &set) != 0) {
-        fprintf(stderr, "%s: rank %d cannot run on CPU %d: %s\n",
-                program_invocation_short_name, id, cpu,
-                cpu >= CPU_SETSIZE ? "no such CPU" : strerror(errno));
-        if (asked)
-            exit(2);
-    }
+    if (!move_to_cpu(cpu, id) && asked)
+        exit(2);
 }
 
 /* The CPUs given with --cpus, tried before the ranks start (a rank that
@@ -156,21 +163,9 @@ static void check_cpus(void)
     cpu_set_t saved;
     if (sched_getaffinity(0, sizeof(saved), &saved) != 0)
         return; /* bind_rank judges each rank's own */
-    for (int id = 0; id < 2; id++) {
-        int cpu = opt.cpus[id];
-        if (cpu < 0)
-            continue;
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        if (cpu < CPU_SETSIZE)
-            CPU_SET(cpu, &one);
-        if (cpu >= CPU_SETSIZE || sched_setaffinity(0, sizeof(one), &one) != 0) {
-            fprintf(stderr, "%s: rank %d cannot run on CPU %d: %s\n",
-                    program_invocation_short_name, id, cpu,
-                    cpu >= CPU_SETSIZE ? "no such CPU" : strerror(errno));
+    for (int id = 0; id < 2; id++)
+        if (opt.cpus[id] >= 0 && !move_to_cpu(opt.cpus[id], id))
             exit(2);
-        }
-    }
     sched_setaffinity(0, sizeof(saved), &saved);
 }
 
