@@ -566,20 +566,19 @@ int main(int argc, char **argv)
     }
     check_cpus();
     if (!opt.region) {
-        char *own = own_region;
-        snprintf(own, sizeof(own_region), "file:/dev/shm/ivshm-bench-%d",
-                 (int)getpid());
+        snprintf(own_region, sizeof(own_region),
+                 "file:/dev/shm/ivshm-bench-%d", (int)getpid());
         ivshm_format_opts_t fo;
         ivshm_format_opts_init(&fo);
         fo.size = 64ull << 20;
         while (fo.size < opt.max * 3 + (8u << 20))
             fo.size *= 2;
-        ivshm_status_t st = ivshm_format(own, &fo);
+        ivshm_status_t st = ivshm_format(own_region, &fo);
         if (st != IVSHM_OK)
             die("format", st);
         own_region_pid = getpid();
         atexit(remove_own_region); /* until both ranks have it (main) */
-        opt.region = own;
+        opt.region = own_region;
     }
     char job[48];
     snprintf(job, sizeof(job), "bench-%d", (int)getpid());
