@@ -244,6 +244,6 @@ bool ivshm__deliver_msg(ivshm_ep_t *ep, uint32_t idx, uint64_t w,
         ivshm__drop(ep); /* replay */
         return true;
     }
-    ivshm__hand_over_msg(ep, p, idx, w, data);
+    ivshm__hand_over_msg(ep, p, idx, w, data, ep->whole);
     return true;
 }

@@ -255,7 +255,7 @@ int ivshm__fbox_poll(ivshm_ep_t *ep, int budget)
             bool done = true;
             if (usual_entry(p, w)) {
                 /* the usual entry, the pair's next message */
-                ivshm__hand_over_msg(ep, p, idx, w, at + 8);
+                ivshm__hand_over_msg(ep, p, idx, w, at + 8, ep->whole);
             } else if (FBOX_KIND(w) == FBOX_MSG)
                 done = ivshm__deliver_msg(ep, idx, w, at + 8,
                                           &p->rx_fbox_wait);

@@ -610,17 +610,20 @@ static inline void ivshm__prefetch_payload(const char *data, uint64_t bytes)
 }
 /* An FBOX_MSG entry (word w, payload at data) that is the pair's next
  * piece goes to the handler: the box's poll does this itself for the
- * usual entry, ivshm__deliver_msg after its order checks. */
+ * usual entry, ivshm__deliver_msg after its order checks. whole is
+ * ep->whole, passed by the caller: the usual path of a caller that names
+ * its handler (ivshm_ep_progress_whole) calls it directly. */
 static inline void ivshm__hand_over_msg(ivshm_ep_t *ep, struct peer *p,
                                         uint32_t idx, uint64_t w,
-                                        const char *data)
+                                        const char *data,
+                                        ivshm_whole_handler_t whole)
 {
     uint32_t len = FBOX_LEN(w);
     if (len > 56) /* more than the entry's first line may hold */
         ivshm__prefetch_payload(data, len);
-    if (ep->whole) { /* the usual receiver: no descriptor to build */
+    if (whole) { /* the usual receiver: no descriptor to build */
         ivshm__hand_over_begin(ep, p);
-        ep->whole(ep->harg, idx, FBOX_TAG(w), data, len);
+        whole(ep->harg, idx, FBOX_TAG(w), data, len);
         ivshm__hand_over_end(ep);
     } else {
         ivshm_msg_t m = {.sender = idx,

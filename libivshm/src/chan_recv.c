@@ -116,18 +116,38 @@ liveness:
 }
 
 /* The usual entry found at the head of p's box (index idx), with word w:
- * takes it and those after it, or leaves the whole pass the entry the
- * usual steps refuse. A call of its own, so that the calls that find
- * nothing save no registers. */
-static __attribute__((noinline)) int progress_usual(ivshm_ep_t *ep,
-                                                    struct peer *p,
-                                                    uint32_t idx, uint64_t w)
+ * takes it and those after it, handing them to whole (ep->whole, read once
+ * a call: it is set before the endpoint's first progress, channel.h), or
+ * leaves the whole pass the entry the usual steps refuse. */
+static inline __attribute__((always_inline)) int
+usual_steps(ivshm_ep_t *ep, struct peer *p, uint32_t idx, uint64_t w,
+            ivshm_whole_handler_t whole)
 {
-    int n = box_take_usual(ep, p, idx, w, (int)ep->cfg.max_per_poll);
+    int n = box_take_usual(ep, p, idx, w, (int)ep->cfg.max_per_poll, whole);
     if (!n)
         return progress_pass(ep, LOOK_BOXES);
     ep->mirror_due = true;
     return n;
+}
+
+/* The usual steps, a call of their own, so that the calls that find
+ * nothing save no registers: with the endpoint's handler as it is set, or
+ * with the one a caller named (ivshm_ep_progress_whole). The second has
+ * one caller where a component names its handler, so the compiler
+ * (link-time inlining, docs/channels.md, "The channel inlined into the
+ * components") knows the handler there and calls it directly
+ * (docs/channels.md, "The handler named"). */
+static __attribute__((noinline)) int progress_usual(ivshm_ep_t *ep,
+                                                    struct peer *p,
+                                                    uint32_t idx, uint64_t w)
+{
+    return usual_steps(ep, p, idx, w, ep->whole);
+}
+static __attribute__((noinline)) int
+progress_usual_named(ivshm_ep_t *ep, struct peer *p, uint32_t idx, uint64_t w,
+                     ivshm_whole_handler_t whole)
+{
+    return usual_steps(ep, p, idx, w, whole);
 }
 
 /* A call that found nothing in p's box, after the usual path took
@@ -158,7 +178,8 @@ static __attribute__((noinline)) int settle(ivshm_ep_t *ep, struct peer *p)
  * second look at the peer, no pass's loop over the boxes or its gap
  * bookkeeping (nothing here can leave a gap); docs/channels.md, "The
  * usual path". */
-int ivshm_ep_progress(ivshm_ep_t *ep)
+static inline __attribute__((always_inline)) int
+ep_progress(ivshm_ep_t *ep, ivshm_whole_handler_t named)
 {
     /* A handler's own call delivers nothing: the pass it is in has not
      * moved past the piece being handled, so a nested pass would deliver
@@ -189,12 +210,24 @@ int ivshm_ep_progress(ivshm_ep_t *ep)
                     return 0;
                 }
             } else if (!p->dead && usual_entry(p, w)) {
+                if (named && named == ep->whole)
+                    return progress_usual_named(ep, p, idx, w, named);
                 return progress_usual(ep, p, idx, w);
             }
             return progress_pass(ep, LOOK_BOXES); /* anything else */
         }
     }
     return ivshm__fbox_idle(ep) ? 0 : progress_pass(ep, LOOK_BOXES);
+}
+
+int ivshm_ep_progress(ivshm_ep_t *ep)
+{
+    return ep_progress(ep, NULL);
+}
+
+int ivshm_ep_progress_whole(ivshm_ep_t *ep, ivshm_whole_handler_t whole)
+{
+    return ep_progress(ep, whole);
 }
 
 void ivshm_ep_stats(const ivshm_ep_t *ep, ivshm_ep_stats_t *s)

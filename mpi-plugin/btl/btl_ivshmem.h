@@ -222,8 +222,11 @@ bool mca_btl_ivshmem_region_takes(const mca_btl_ivshmem_modex_t *mx,
 uint64_t mca_btl_ivshmem_region_offset(const void *p, size_t len);
 void mca_btl_ivshmem_teardown(void);
 void mca_btl_ivshmem_recv(void *arg, const ivshm_msg_t *m);
-void mca_btl_ivshmem_recv_whole(void *arg, uint32_t sender, uint32_t tag,
-                                const void *data, uint32_t len);
+/* hidden: no other object binds to it, so the channel's usual path, which
+ * names it (ivshm_ep_progress_whole), calls it directly */
+__attribute__((visibility("hidden"))) void
+mca_btl_ivshmem_recv_whole(void *arg, uint32_t sender, uint32_t tag,
+                           const void *data, uint32_t len);
 /* the region route's entry points (btl_ivshmem_send.c, _rdma.c) */
 mca_btl_base_descriptor_t *
 mca_btl_ivshmem_alloc(struct mca_btl_base_module_t *btl,

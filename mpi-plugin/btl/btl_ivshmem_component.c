@@ -635,7 +635,7 @@ static int ivshmem_progress(void)
             return n;
         mca_btl_ivshmem_progress_begin();
     }
-    n += ivshm_ep_progress(c->ep);
+    n += ivshm_ep_progress_whole(c->ep, mca_btl_ivshmem_recv_whole);
     if (c->pending_frags)
         n += mca_btl_ivshmem_progress_pending();
     if (mt) {

@@ -133,7 +133,7 @@ static void uct_ivshmem_chan_config(ivshm_ep_config_t *cfg)
 static unsigned uct_ivshmem_iface_progress(uct_iface_h tl_iface)
 {
     uct_ivshmem_iface_t *iface = ucs_derived_of(tl_iface, uct_ivshmem_iface_t);
-    int n = ivshm_ep_progress(iface->chan);
+    int n = ivshm_ep_progress_whole(iface->chan, uct_ivshmem_iface_rx_whole);
     unsigned count = n > 0 ? (unsigned)n : 0;
     if (ucs_unlikely(iface->fails_due))
         uct_ivshmem_iface_report_fails(iface);

@@ -746,7 +746,10 @@ enum { WHOLE_WAIT = 100000 }; /* progress calls */
 struct wholes {
     struct forms pieces;
     uint32_t n, sender, tag, len;
+    uint32_t tags[8]; /* the last eight tags, message n at n % 8 */
     char buf[1024];
+    /* the receiver's progress in whole_roundtrip (NULL: ivshm_ep_progress) */
+    int (*progress)(ivshm_ep_t *ep);
 };
 static void whole_handler(void *arg, uint32_t sender, uint32_t tag,
                           const void *data, uint32_t len)
@@ -756,6 +759,7 @@ static void whole_handler(void *arg, uint32_t sender, uint32_t tag,
     memcpy(w->buf, data, len);
     w->sender = sender;
     w->tag = tag;
+    w->tags[w->n % 8] = tag;
     w->len = len;
     w->n++;
 }
@@ -764,6 +768,29 @@ static void pieces_handler(void *arg, const ivshm_msg_t *m)
     forms_handler(&((struct wholes *)arg)->pieces, m);
 }
 
+/* A whole handler no endpoint has: ivshm_ep_progress_whole must never
+ * call it (test_progress_whole). */
+static void never_whole(void *arg, uint32_t sender, uint32_t tag,
+                        const void *data, uint32_t len)
+{
+    (void)arg, (void)sender, (void)tag, (void)data, (void)len;
+    fail_msg("ivshm_ep_progress_whole called a handler the endpoint does "
+             "not have");
+}
+/* The receiver's progress (struct wholes' progress): ivshm_ep_progress_whole
+ * naming the handler the endpoint has, another one, or none. */
+static int progress_named(ivshm_ep_t *ep)
+{
+    return ivshm_ep_progress_whole(ep, whole_handler);
+}
+static int progress_other(ivshm_ep_t *ep)
+{
+    return ivshm_ep_progress_whole(ep, never_whole);
+}
+static int progress_unnamed(ivshm_ep_t *ep)
+{
+    return ivshm_ep_progress_whole(ep, NULL);
+}
 static void whole_roundtrip(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t peer,
                             struct wholes *got, uint32_t from,
                             const char *src, uint32_t L, uint32_t tag)
@@ -772,7 +799,7 @@ static void whole_roundtrip(ivshm_ep_t *a, ivshm_ep_t *b, uint32_t peer,
     assert_int_equal(ivshm_ep_try_send(b, peer, tag, src, L), IVSHM_OK);
     for (int i = 0; i < WHOLE_WAIT && got->n == n0 && got->pieces.n == p0;
          i++) /* to either handler */
-        ivshm_ep_progress(a);
+        got->progress ? got->progress(a) : ivshm_ep_progress(a);
     assert_int_equal(got->pieces.n, p0);
     assert_int_equal(got->n, n0 + 1);
     assert_int_equal(got->sender, from);
@@ -847,6 +874,53 @@ static void test_whole_handler(void **state)
     whole_roundtrip(a, b, peer, &got, from, src, 3, 30);
     ivshm_ep_destroy(b);
     ivshm_ep_destroy(a);
+}
+
+/* ivshm_ep_progress_whole, naming the receiver's whole handler, delivers
+ * as ivshm_ep_progress does: the FIFO's forms, then a granted box's usual
+ * entries (the path on which the named handler is called) in a window of
+ * sends taken by one call; naming another handler, or none, it is
+ * ivshm_ep_progress, and the handler named is never called. */
+static void test_progress_whole(void **state)
+{
+    (void)state;
+    static int (*const modes[])(ivshm_ep_t *) = {
+        progress_named, progress_other, progress_unnamed};
+    for (unsigned m = 0; m < 3; m++) {
+        ivshm_ep_config_t cfg = box_config();
+        cfg.fbox_threshold = 2;
+        static struct wholes got;
+        memset(&got, 0, sizeof(got));
+        got.progress = modes[m];
+        ivshm_ep_t *a, *b;
+        uint32_t peer = make_pair(&cfg, pieces_handler, &got, &cfg, &a, &b);
+        ivshm_ep_set_whole_handler(a, whole_handler);
+        uint32_t from = ivshm_ep_index(b);
+        char src[256];
+        fill_pattern(src, sizeof(src), 5, m);
+        whole_roundtrip(a, b, peer, &got, from, src, 40, 3); /* FIFO */
+        for (int i = 0; i < 100 && !b->peers[peer]->tx_fbox; i++)
+            whole_roundtrip(a, b, peer, &got, from, src, 1, 1);
+        assert_non_null(b->peers[peer]->tx_fbox);
+        for (uint32_t L = 0; L <= 56; L += 8)
+            whole_roundtrip(a, b, peer, &got, from, src + L, L, 100 + L);
+        /* a window: eight sends, then one call that takes them all, in
+         * order (their tags), the last with its bytes */
+        uint32_t n0 = got.n;
+        for (uint32_t i = 0; i < 8; i++)
+            assert_int_equal(ivshm_ep_try_send(b, peer, 200 + i, src + i,
+                                               8 + i),
+                             IVSHM_OK);
+        assert_int_equal(got.progress(a), 8);
+        assert_int_equal(got.n, n0 + 8);
+        for (uint32_t i = 0; i < 8; i++)
+            assert_int_equal(got.tags[(n0 + i) % 8], 200 + i);
+        assert_int_equal(got.len, 15);
+        assert_memory_equal(got.buf, src + 7, 15);
+        assert_int_equal(got.pieces.n, 0);
+        ivshm_ep_destroy(b);
+        ivshm_ep_destroy(a);
+    }
 }
 
 /* A handler that calls progress itself: the nested call delivers nothing
@@ -2059,6 +2133,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reserve_frag, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cell_forms, setup, teardown),
         cmocka_unit_test_setup_teardown(test_whole_handler, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_progress_whole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nested_progress, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fbox_usual_takes_only_next, setup,
                                         teardown),

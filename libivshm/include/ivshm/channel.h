@@ -232,6 +232,12 @@ ivshm_status_t ivshm_ep_peer_silence(ivshm_ep_t *ep, uint32_t peer,
  * pieces after the one being handled come, in order, once the handler
  * has returned. */
 int ivshm_ep_progress(ivshm_ep_t *ep);
+/* The same, for an endpoint whose whole-message handler is `whole`
+ * (ivshm_ep_set_whole_handler): a caller that names it here, a constant,
+ * lets a compiler that inlines the channel into it call the handler
+ * directly on the usual path. Another `whole` (NULL included) is ignored:
+ * the call is then ivshm_ep_progress. */
+int ivshm_ep_progress_whole(ivshm_ep_t *ep, ivshm_whole_handler_t whole);
 /* Blocks until something arrives or timeout_ms passes (-1: forever):
  * arms the wake-up bit, re-checks, then waits on the notifier. Returns
  * IVSHM_OK or IVSHM_ERR_AGAIN on timeout; IVSHM_ERR_AGAIN at once from
