@@ -73,12 +73,11 @@ static inline bool usual_entry(const struct peer *p, uint64_t w)
  * with word w, up to the budget, handing them to whole (ep->whole);
  * returns how many. It stops at anything else (a cell, a skip, a piece
  * out of order, an entry that breaks the rules): the whole poll takes
- * that. It releases what it read (F1), all
- * of it where the budget did not end the loop: a sender judges its room
- * by the tail (a long entry only while at most a quarter of the ring is
- * unreleased; chan_send.c, long_entry_ok), and a release left to a later
- * call made a stream's long messages go by fragments (docs/channels.md,
- * "The usual path"). */
+ * that. It releases what it read (F1), all of it where the budget did not
+ * end the loop: a sender judges its room by the tail (a long entry only
+ * while at most a quarter of the ring is unreleased; chan_send.c,
+ * long_entry_ok), and a release left to a later call made a stream's long
+ * messages go by fragments (docs/channels.md, "The usual path"). */
 static inline __attribute__((always_inline)) int
 box_take_usual(ivshm_ep_t *ep, struct peer *p, uint32_t idx, uint64_t w,
                int budget, ivshm_whole_handler_t whole)

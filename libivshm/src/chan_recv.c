@@ -210,6 +210,9 @@ ep_progress(ivshm_ep_t *ep, ivshm_whole_handler_t named)
                     return 0;
                 }
             } else if (!p->dead && usual_entry(p, w)) {
+                /* `named &&` first: in ivshm_ep_progress (named NULL) the
+                 * branch goes at compile time, so progress_usual_named's
+                 * only caller is a component's, with its constant */
                 if (named && named == ep->whole)
                     return progress_usual_named(ep, p, idx, w, named);
                 return progress_usual(ep, p, idx, w);
